@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class Cluster(models.Model):
+    class Provider(models.TextChoices):
+        SIM = "sim", "Simulated"
+        GKE = "gke", "Google Kubernetes Engine"
+
+    class Status(models.TextChoices):
+        PROVISIONING = "PROVISIONING"
+        RUNNING = "RUNNING"
+        ERROR = "ERROR"
+        DELETING = "DELETING"
+
+    name = models.SlugField(max_length=63, unique=True)
+    provider = models.CharField(max_length=16, choices=Provider.choices, default=Provider.SIM)
+    project = models.CharField(max_length=128, blank=True)
+    location = models.CharField(max_length=64, default="us-central1")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
+    status_message = models.TextField(blank=True)
+    operation_id = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodePool(models.Model):
+    class Status(models.TextChoices):
+        PROVISIONING = "PROVISIONING"
+        RUNNING = "RUNNING"
+        ERROR = "ERROR"
+        DELETING = "DELETING"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="node_pools")
+    name = models.SlugField(max_length=40)
+    machine_type = models.CharField(max_length=64)
+    node_count = models.PositiveIntegerField()
+    tpu_topology = models.CharField(max_length=16, blank=True)
+    block = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
+    status_message = models.TextField(blank=True)
+    operation_id = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="unique_node_pool_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class Node(models.Model):
+    """A node as GKE creates it: labels, taints and allocatable from the machine catalog."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    node_pool = models.ForeignKey(NodePool, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    labels = models.JSONField(default=dict)
+    taints = models.JSONField(default=list)
+    allocatable = models.JSONField(default=dict, help_text="resource -> milli-units")
+    capacity = models.JSONField(default=dict, help_text="resource -> milli-units")
+    coordinates = models.JSONField(null=True, blank=True)
+    ready = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="unique_node_name")]
+
+    def __str__(self) -> str:
+        return self.name

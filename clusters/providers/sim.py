@@ -1,0 +1,50 @@
+"""The embedded provider: GKE operations that finish after a delay, nodes from the catalog.
+
+Operation ids carry their deadline, so any process (web, worker) can answer get_operation
+without shared state.
+"""
+
+from __future__ import annotations
+
+import time
+
+from clusters import catalog
+from clusters.catalog import NodeTemplate
+from clusters.providers.base import ClusterSpec, NodePoolSpec, Operation, ProviderError
+
+
+class SimProvider:
+    def __init__(self, operation_seconds: float = 3.0):
+        self.operation_seconds = operation_seconds
+
+    def _start(self, kind: str, name: str) -> Operation:
+        deadline = time.time() + self.operation_seconds
+        return Operation(id=f"sim-{kind}-{name}-{deadline:.3f}", done=self.operation_seconds <= 0)
+
+    def create_cluster(self, spec: ClusterSpec) -> Operation:
+        return self._start("create-cluster", spec.name)
+
+    def create_node_pool(self, spec: NodePoolSpec) -> Operation:
+        try:
+            catalog.validate_pool(spec.machine_type, spec.node_count, spec.tpu_topology or None)
+        except catalog.CatalogError as error:
+            raise ProviderError(str(error), permanent=True) from error
+        return self._start("create-node-pool", spec.name)
+
+    def get_operation(self, operation_id: str) -> Operation:
+        try:
+            deadline = float(operation_id.rsplit("-", 1)[1])
+        except (IndexError, ValueError):
+            raise ProviderError(f"unknown operation {operation_id}", permanent=True) from None
+        return Operation(id=operation_id, done=time.time() >= deadline)
+
+    def list_nodes(self, spec: NodePoolSpec) -> list[NodeTemplate]:
+        return catalog.node_templates(
+            cluster=spec.cluster.name,
+            pool=spec.name,
+            machine_type=spec.machine_type,
+            nodes=spec.node_count,
+            tpu_topology=spec.tpu_topology or None,
+            block=spec.block or None,
+            zone=f"{spec.cluster.location}-a",
+        )

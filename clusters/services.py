@@ -1,0 +1,205 @@
+"""Every state change of clusters and node pools goes through here."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from clusters import catalog
+from clusters.models import Cluster, Node, NodePool
+from clusters.providers import ProviderError, get_provider
+from clusters.providers.base import ClusterSpec, NodePoolSpec
+from events.services import record_event
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a reconcile step left to do: nothing, or poll again after `retry_after` s."""
+
+    done: bool
+    retry_after: float = 0.0
+
+
+def _cluster_spec(cluster: Cluster) -> ClusterSpec:
+    return ClusterSpec(cluster.name, cluster.project, cluster.location)
+
+
+def _pool_spec(pool: NodePool) -> NodePoolSpec:
+    return NodePoolSpec(
+        _cluster_spec(pool.cluster),
+        pool.name,
+        pool.machine_type,
+        pool.node_count,
+        pool.tpu_topology,
+        pool.block,
+    )
+
+
+def create_cluster(*, name: str, provider: str = "sim", project: str = "", location: str = "us-central1") -> Cluster:
+    """Record the cluster; a task (enqueued on commit) creates it at the provider."""
+    from clusters import tasks
+
+    with transaction.atomic():
+        cluster = Cluster.objects.create(
+            name=name, provider=provider, project=project, location=location
+        )
+        record_event(
+            "cluster.creating", at=timezone.now(), cluster=name, object_key=f"Cluster/{name}",
+            message=f"creating cluster {name} ({provider})",
+        )
+        transaction.on_commit(lambda: tasks.reconcile_cluster.delay(cluster.pk))
+    return cluster
+
+
+def create_node_pool(
+    cluster: Cluster,
+    *,
+    name: str,
+    machine_type: str,
+    node_count: int,
+    tpu_topology: str = "",
+    block: str = "",
+) -> NodePool:
+    """Validate against the catalog, record the pool, and provision it in a task."""
+    from clusters import tasks
+
+    catalog.validate_pool(machine_type, node_count, tpu_topology or None)
+    with transaction.atomic():
+        pool = NodePool.objects.create(
+            cluster=cluster, name=name, machine_type=machine_type, node_count=node_count,
+            tpu_topology=tpu_topology, block=block,
+        )
+        record_event(
+            "node_pool.creating", at=timezone.now(), cluster=cluster.name,
+            object_key=f"NodePool/{cluster.name}/{name}",
+            message=f"creating node pool {name}: {node_count} x {machine_type}",
+        )
+        transaction.on_commit(lambda: tasks.reconcile_node_pool.delay(pool.pk))
+    return pool
+
+
+def reconcile_cluster(cluster_id: int) -> Progress:
+    """Advance a provisioning cluster; safe to call any number of times."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
+        return Progress(done=True)
+    provider = get_provider(cluster.provider)
+    try:
+        if not cluster.operation_id:
+            operation = provider.create_cluster(_cluster_spec(cluster))
+            # Stored before waiting: a retried task resumes this operation, never starts another.
+            Cluster.objects.filter(pk=cluster.pk, operation_id="").update(operation_id=operation.id)
+            cluster.refresh_from_db()
+        operation = provider.get_operation(cluster.operation_id)
+    except ProviderError as error:
+        if not error.permanent:
+            raise
+        _fail_cluster(cluster, error.message)
+        return Progress(done=True)
+    if not operation.done:
+        return Progress(done=False, retry_after=1.0)
+    with transaction.atomic():
+        if Cluster.objects.filter(pk=cluster.pk, status=Cluster.Status.PROVISIONING).update(
+            status=Cluster.Status.RUNNING
+        ):
+            record_event(
+                "cluster.created", at=timezone.now(), cluster=cluster.name,
+                object_key=f"Cluster/{cluster.name}", message=f"cluster {cluster.name} is running",
+            )
+    return Progress(done=True)
+
+
+def _fail_cluster(cluster: Cluster, message: str) -> None:
+    with transaction.atomic():
+        Cluster.objects.filter(pk=cluster.pk).update(
+            status=Cluster.Status.ERROR, status_message=message
+        )
+        record_event(
+            "cluster.failed", at=timezone.now(), cluster=cluster.name,
+            object_key=f"Cluster/{cluster.name}", message=message,
+        )
+
+
+def reconcile_node_pool(pool_id: int) -> Progress:
+    """Advance a provisioning node pool; nodes appear when the operation is done."""
+    pool = NodePool.objects.select_related("cluster").filter(pk=pool_id).first()
+    if pool is None or pool.status != NodePool.Status.PROVISIONING:
+        return Progress(done=True)
+    provider = get_provider(pool.cluster.provider)
+    try:
+        if not pool.operation_id:
+            operation = provider.create_node_pool(_pool_spec(pool))
+            NodePool.objects.filter(pk=pool.pk, operation_id="").update(operation_id=operation.id)
+            pool.refresh_from_db()
+        operation = provider.get_operation(pool.operation_id)
+        if not operation.done:
+            return Progress(done=False, retry_after=1.0)
+        templates = provider.list_nodes(_pool_spec(pool))
+    except ProviderError as error:
+        if not error.permanent:
+            raise
+        _fail_node_pool(pool, error.message)
+        return Progress(done=True)
+    _create_nodes(pool, templates)
+    return Progress(done=True)
+
+
+def _create_nodes(
+    pool: NodePool, templates: list[catalog.NodeTemplate], at: datetime | None = None
+) -> None:
+    with transaction.atomic():
+        if not NodePool.objects.filter(pk=pool.pk, status=NodePool.Status.PROVISIONING).update(
+            status=NodePool.Status.RUNNING
+        ):
+            return  # another worker finished it
+        Node.objects.bulk_create(
+            Node(
+                cluster=pool.cluster,
+                node_pool=pool,
+                name=t.name,
+                labels=t.labels,
+                taints=[{"key": x.key, "value": x.value, "effect": x.effect} for x in t.taints],
+                allocatable=t.allocatable,
+                capacity=t.capacity,
+                coordinates=list(t.coordinates) if t.coordinates else None,
+            )
+            for t in templates
+        )
+        record_event(
+            "node_pool.created", at=at or timezone.now(), cluster=pool.cluster.name,
+            object_key=f"NodePool/{pool.cluster.name}/{pool.name}",
+            message=f"node pool {pool.name} is running with {len(templates)} nodes",
+            nodes=len(templates),
+        )
+
+
+def _fail_node_pool(pool: NodePool, message: str) -> None:
+    with transaction.atomic():
+        NodePool.objects.filter(pk=pool.pk).update(
+            status=NodePool.Status.ERROR, status_message=message
+        )
+        record_event(
+            "node_pool.failed", at=timezone.now(), cluster=pool.cluster.name,
+            object_key=f"NodePool/{pool.cluster.name}/{pool.name}", message=message,
+        )
+
+
+def provision_now(
+    cluster: Cluster, *, name: str, machine_type: str, node_count: int,
+    tpu_topology: str = "", block: str = "", at: datetime | None = None,
+) -> NodePool:
+    """Create a node pool and its nodes at once (scenarios and demo data, sim provider)."""
+    catalog.validate_pool(machine_type, node_count, tpu_topology or None)
+    pool = NodePool.objects.create(
+        cluster=cluster, name=name, machine_type=machine_type, node_count=node_count,
+        tpu_topology=tpu_topology, block=block, operation_id="immediate",
+    )
+    templates = get_provider(Cluster.Provider.SIM).list_nodes(_pool_spec(pool))
+    _create_nodes(pool, templates, at)
+    return pool

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+
+from workloads import views
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("admin/", admin.site.urls),
+]

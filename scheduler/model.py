@@ -1,0 +1,275 @@
+"""The scheduler's inputs and outputs: frozen values, no behaviour beyond small derivations.
+
+Quantities are integers in milli-units (Kubernetes' MilliValue): cpu "500m" is 500, a GPU is
+1000, memory "1Ki" is 1_024_000. Times are seconds on the caller's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+FlavorResource = tuple[str, str]
+"""(ResourceFlavor name, resource name): the unit in which Kueue accounts quota."""
+
+
+class QueueingStrategy(str, Enum):
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+    STRICT_FIFO = "StrictFIFO"
+
+
+class PreemptionPolicy(str, Enum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+    ANY = "Any"
+
+
+class FungibilityPolicy(str, Enum):
+    MAY_STOP_SEARCH = "MayStopSearch"
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceQuota:
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorQuotas:
+    name: str
+    resources: Mapping[str, ResourceQuota]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceGroup:
+    covered_resources: tuple[str, ...]
+    flavors: tuple[FlavorQuotas, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    within_cluster_queue: PreemptionPolicy = PreemptionPolicy.NEVER
+    reclaim_within_cohort: PreemptionPolicy = PreemptionPolicy.NEVER
+    borrow_within_cohort: PreemptionPolicy = PreemptionPolicy.NEVER
+    max_priority_threshold: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorFungibility:
+    when_can_borrow: FungibilityPolicy = FungibilityPolicy.MAY_STOP_SEARCH
+    when_can_preempt: FungibilityPolicy = FungibilityPolicy.TRY_NEXT_FLAVOR
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueue:
+    name: str
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    cohort: str | None = None
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    preemption: Preemption = field(default_factory=Preemption)
+    flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
+    admission_checks: tuple[str, ...] = ()
+    active: bool = True
+    """False when stopped (stopPolicy Hold/HoldAndDrain) or misconfigured: admits nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cohort:
+    name: str
+    parent: str | None = None
+    resource_groups: tuple[ResourceGroup, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:  # an empty key with Exists tolerates everything
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        if self.operator == "In":
+            return value is not None and value in self.values
+        if self.operator == "NotIn":
+            return value is None or value not in self.values
+        if self.operator == "Exists":
+            return value is not None
+        if self.operator == "DoesNotExist":
+            return value is None
+        if self.operator in ("Gt", "Lt") and value is not None and self.values:
+            try:
+                left, right = int(value), int(self.values[0])
+            except ValueError:
+                return False
+            return left > right if self.operator == "Gt" else left < right
+        return False
+
+
+NodeSelectorTerm = tuple[NodeSelectorRequirement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceFlavor:
+    name: str
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    node_taints: tuple[Taint, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    topology_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    name: str
+    count: int
+    requests: Mapping[str, int]
+    """Per pod."""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    required_affinity: tuple[NodeSelectorTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetAssignment:
+    name: str
+    flavors: Mapping[str, str]
+    """resource -> ResourceFlavor name."""
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    cluster_queue: str
+    pod_sets: tuple[PodSetAssignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    key: str
+    """Unique and stable; the last tie-breaker, as the UID is in Kueue."""
+    cluster_queue: str | None
+    """Resolved through the LocalQueue; None when the LocalQueue does not exist."""
+    priority: int
+    created: float
+    """Queue-order timestamp (creationTimestamp, or eviction time where Kueue uses it)."""
+    pod_sets: tuple[PodSet, ...]
+    admission: Admission | None = None
+    """Set while the workload holds quota (QuotaReserved)."""
+    quota_reserved_at: float | None = None
+    evicting: bool = False
+    """Evicted but its pods have not stopped yet: it still holds its quota."""
+    preempting: bool = False
+    """Its preemptions are in flight: it stays at the head of its queue (BestEffortFIFO)."""
+    parked: bool = False
+    """In Kueue's inadmissible set until a capacity event requeues it (BestEffortFIFO)."""
+
+    def usage(self) -> dict[FlavorResource, int]:
+        """The quota this workload holds (empty when it holds none)."""
+        if self.admission is None:
+            return {}
+        return assignment_usage(self.pod_sets, self.admission.pod_sets)
+
+
+def assignment_usage(
+    pod_sets: tuple[PodSet, ...], assignments: tuple[PodSetAssignment, ...]
+) -> dict[FlavorResource, int]:
+    usage: dict[FlavorResource, int] = {}
+    by_name = {ps.name: ps for ps in pod_sets}
+    for assignment in assignments:
+        pod_set = by_name[assignment.name]
+        for resource, flavor in assignment.flavors.items():
+            amount = pod_set.requests.get(resource, 0) * assignment.count
+            usage[(flavor, resource)] = usage.get((flavor, resource), 0) + amount
+    return usage
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    cluster_queues: Mapping[str, ClusterQueue]
+    cohorts: Mapping[str, Cohort]
+    flavors: Mapping[str, ResourceFlavor]
+    workloads: tuple[Workload, ...]
+    """Every workload that is pending or holds quota."""
+
+
+class PendingReason(str, Enum):
+    """QuotaReserved=False reasons (kueue-semantics §15), plus our own for queue problems."""
+
+    NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+    WAITING_FOR_QUOTA = "WaitingForQuota"
+    EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+    WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
+    PREEMPTION_NO_CANDIDATES = "PreemptionNoCandidates"
+    SKIPPED = "Skipped"
+    BLOCKED_BY_HEAD = "BlockedByHead"
+    NOT_HEAD = "NotHead"
+    INACTIVE_CLUSTER_QUEUE = "ClusterQueueInactive"
+    MISSING_QUEUE = "LocalQueueNotFound"
+
+
+class PreemptionReason(str, Enum):
+    IN_CLUSTER_QUEUE = "InClusterQueue"
+    IN_COHORT_RECLAMATION = "InCohortReclamation"
+    IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    workload: str
+    admission: Admission
+    borrowing: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    workload: str
+    reason: PreemptionReason
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    preemptor: str
+    victims: tuple[Victim, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    workload: str
+    reason: PendingReason
+    message: str
+    parked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    admitted: tuple[Admit, ...] = ()
+    preemptions: tuple[Preempt, ...] = ()
+    pending: tuple[Pending, ...] = ()
+    cycles: int = 0

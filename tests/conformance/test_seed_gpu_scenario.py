@@ -1,0 +1,92 @@
+"""The GPU seed workflow, replayed through `manage.py replay` exactly as users run it."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tests.shared import SHARED, requires_shared
+
+GPU_SEED = SHARED / "scenarios" / "seed-gpu-mixed-train-inference.yaml"
+OBJECT_FIELDS = {"phase", "admitted", "pending", "running", "preemptions", "pools", "slices"}
+QUEUE_FIELDS = {"usage", "borrowed", "pendingWorkloads", "admittedWorkloads"}
+
+pytestmark = [requires_shared, pytest.mark.django_db(transaction=True)]
+
+
+def replay_json(*paths):
+    out = StringIO()
+    try:
+        call_command("replay", *map(str, paths), "--json", stdout=out)
+    except CommandError:
+        pass
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_gpu_seed_scenario_passes():
+    (report,) = replay_json(GPU_SEED)
+    failures = [f for step in report["steps"] for f in step["failures"]]
+    assert failures == []
+    assert report["ok"] is True
+
+
+def test_gpu_seed_report_has_every_field_format_md_lists():
+    (report,) = replay_json(GPU_SEED)
+    assert set(report) == {"scenario", "ok", "steps", "events"}
+    for step in report["steps"]:
+        assert {"index", "action", "at", "objects", "failures"} <= set(step)
+        for key, fields in step["objects"].items():
+            expected = QUEUE_FIELDS if key.startswith("ClusterQueue/") else OBJECT_FIELDS
+            if key.startswith("LocalQueue/"):
+                expected = {"pendingWorkloads", "admittedWorkloads"}
+            assert expected <= set(fields), key
+    kinds = {e["kind"] for e in report["events"]}
+    assert {
+        "workload.submitted",
+        "workload.quota_reserved",
+        "workload.admitted",
+        "workload.preempted",
+        "workload.evicted",
+        "workload.requeued",
+        "workload.resumed",
+        "checkpoint.saved",
+        "workload.scaled",
+        "workload.finished",
+    } <= kinds
+    for event in report["events"]:
+        assert set(event) == {"seq", "at", "kind", "object", "workload", "message"}
+
+
+def test_preemption_event_names_the_preemptor_and_resume_names_the_checkpoint():
+    (report,) = replay_json(GPU_SEED)
+    preempted = [e for e in report["events"] if e["kind"] == "workload.preempted"]
+    assert len(preempted) == 1
+    assert preempted[0]["object"] == "Job/llm/finetune-gemma-l4"
+    assert "Deployment/llm/tgi-gemma-deployment" in preempted[0]["message"]
+    resumed = [e for e in report["events"] if e["kind"] == "workload.resumed"]
+    assert [e["object"] for e in resumed] == ["Job/llm/finetune-gemma-l4"]
+    assert "step 10" in resumed[0]["message"]
+
+
+def test_replay_leaves_the_database_as_it_found_it():
+    from workloads.models import KubeObject
+
+    replay_json(GPU_SEED)
+    assert not KubeObject.objects.exists()
+
+
+def test_replay_exits_non_zero_when_an_expectation_fails(tmp_path):
+    scenario = tmp_path / "wrong.yaml"
+    scenario.write_text(
+        "name: wrong\n"
+        "cluster: {name: c, nodePools: [{name: p, machineType: g2-standard-24, nodes: 1}]}\n"
+        "steps:\n"
+        f"  - apply: {SHARED}/seed-manifests/mix-train-and-inference/workloads/flavors.yaml\n"
+        "  - expect:\n"
+        "      ClusterQueue/missing: {pendingWorkloads: 1}\n"
+    )
+    with pytest.raises(CommandError, match="failed: wrong"):
+        call_command("replay", str(scenario), stdout=StringIO())

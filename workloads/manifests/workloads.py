@@ -1,0 +1,189 @@
+"""The objects Kueue manages, as the Workloads Kueue would build from them.
+
+Job -> PodSets mapping per integration (`pkg/controller/jobs/{job,jobset,leaderworkerset}`,
+Deployment via the pod integration): kueue-semantics.md sections 1 and 14.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from workloads.manifests.documents import Document
+from workloads.manifests.fields import INT32_MAX, Fields, join
+from workloads.manifests.podsets import PodSetSpec, pod_set
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
+SIM_PREFIX = "sim.accelplane.dev/"
+SIM_ANNOTATIONS = frozenset({"startup", "step-time", "total-steps", "checkpoint-every"})
+SCALABLE_KINDS = ("Deployment", "LeaderWorkerSet")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadShape:
+    queue_name: str | None
+    priority_class: str | None
+    """The kueue.x-k8s.io/priority-class label: a WorkloadPriorityClass name."""
+    pod_priority_class: str | None
+    """The first pod template's priorityClassName: a PriorityClass name."""
+    pod_sets: tuple[PodSetSpec, ...]
+    """The PodSets of one Kueue Workload."""
+    replicas: int
+    """Deployment: pods; LeaderWorkerSet: groups; Job and JobSet: 1."""
+    per_replica: bool
+    """True when each replica is its own Workload (Deployment pods, LeaderWorkerSet groups)."""
+    sim: dict[str, str]
+    """Annotations under sim.accelplane.dev/, without the prefix."""
+
+
+_Built = tuple[int, bool, list[PodSetSpec]]
+
+
+def workload_shape(doc: Document) -> WorkloadShape | None:
+    """The Workload(s) Kueue would create for `doc`; None for kinds Kueue does not manage."""
+    build = _SHAPES.get(doc.kind)
+    if build is None:
+        return None
+    fields = Fields.of(doc)
+    spec = fields.mapping(doc.body, "spec", "", required=True)
+    replicas, per_replica, pod_sets = build(fields, doc, spec)
+    metadata = doc.body["metadata"]
+    labels: Mapping[str, str] = metadata.get("labels") or {}
+    # Kueue's pod integration reads the pods' labels; its Deployment webhook copies the
+    # Deployment's labels there, so a label on either place counts.
+    template_labels = pod_sets[0].labels if doc.kind == "Deployment" else {}
+    return WorkloadShape(
+        queue_name=labels.get(QUEUE_LABEL) or template_labels.get(QUEUE_LABEL) or None,
+        priority_class=labels.get(PRIORITY_LABEL) or template_labels.get(PRIORITY_LABEL) or None,
+        pod_priority_class=pod_sets[0].priority_class_name,
+        pod_sets=tuple(pod_sets),
+        replicas=replicas,
+        per_replica=per_replica,
+        sim=_sim_annotations(fields, metadata.get("annotations") or {}),
+    )
+
+
+def scale(doc: Document, replicas: int) -> dict[str, Any]:
+    """`kubectl scale`: the body with spec.replicas changed (Deployment, LeaderWorkerSet)."""
+    fields = Fields.of(doc)
+    if doc.kind not in SCALABLE_KINDS:
+        raise fields.error(
+            "spec.replicas",
+            replicas,
+            f"{doc.kind} cannot be scaled; only {' and '.join(SCALABLE_KINDS)} can",
+        )
+    fields.integer({"replicas": replicas}, "replicas", "spec")
+    body = copy.deepcopy(doc.body)
+    spec = fields.mapping(body, "spec", "", required=True)
+    spec["replicas"] = replicas
+    return body
+
+
+def _sim_annotations(fields: Fields, annotations: Mapping[str, str]) -> dict[str, str]:
+    sim = {}
+    for key, value in annotations.items():
+        if key.startswith(SIM_PREFIX):
+            name = key.removeprefix(SIM_PREFIX)
+            if name not in SIM_ANNOTATIONS:
+                raise fields.error(
+                    join("metadata.annotations", key),
+                    value,
+                    f"unknown simulation annotation; known: {', '.join(sorted(SIM_ANNOTATIONS))}",
+                )
+            sim[name] = value
+    return sim
+
+
+def job_pod_count(fields: Fields, job_spec: Mapping[str, Any], base: str) -> int:
+    """Kueue's podsCount: parallelism (default 1), capped by completions when set."""
+    parallelism = fields.integer(job_spec, "parallelism", base, default=1)
+    completions = fields.optional_integer(job_spec, "completions", base)
+    return parallelism if completions is None else min(parallelism, completions)
+
+
+def _job(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
+    count = job_pod_count(fields, spec, "spec")
+    template = fields.mapping(spec, "template", "spec", required=True)
+    main = pod_set(
+        fields,
+        template,
+        "spec.template",
+        name="main",
+        count=count,
+        min_count=_min_parallelism(fields, doc, count),
+    )
+    return 1, False, [main]
+
+
+def _min_parallelism(fields: Fields, doc: Document, count: int) -> int | None:
+    """Partial admission's lower bound; Kueue's job webhook wants 0 < value < pod count."""
+    annotations = doc.body["metadata"].get("annotations") or {}
+    value = annotations.get(MIN_PARALLELISM)
+    if value is None:
+        return None
+    path = join("metadata.annotations", MIN_PARALLELISM)
+    if not value.isdigit():
+        raise fields.error(path, value, f"{value!r} is not an integer")
+    if not 0 < int(value) < count:
+        raise fields.error(
+            path, value, f"{value} must be between 1 and {count - 1} (less than the pod count)"
+        )
+    return int(value)
+
+
+def _deployment(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
+    replicas = fields.integer(spec, "replicas", "spec", default=1)
+    template = fields.mapping(spec, "template", "spec", required=True)
+    # Kueue's pod integration: every replica pod is its own single-pod Workload.
+    return replicas, True, [pod_set(fields, template, "spec.template", name="main", count=1)]
+
+
+def _jobset(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
+    pod_sets: list[PodSetSpec] = []
+    for path, job in fields.mappings(spec, "replicatedJobs", "spec", min_items=1):
+        name = fields.name(fields.string(job, "name", path), join(path, "name"), "label")
+        if any(p.name == name for p in pod_sets):
+            raise fields.error(join(path, "name"), name, f"replicatedJob {name!r} appears twice")
+        replicas = fields.integer(job, "replicas", path, default=1)
+        template = fields.mapping(job, "template", path, required=True)
+        job_path = join(join(path, "template"), "spec")
+        job_spec = fields.mapping(template, "spec", join(path, "template"), required=True)
+        count = replicas * job_pod_count(fields, job_spec, job_path)
+        if count > INT32_MAX:
+            raise fields.error(join(path, "replicas"), replicas, f"{count} pods is too many")
+        pod_template = fields.mapping(job_spec, "template", job_path, required=True)
+        pod_sets.append(
+            pod_set(fields, pod_template, join(job_path, "template"), name=name, count=count)
+        )
+    return 1, False, pod_sets
+
+
+def _leader_worker_set(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
+    replicas = fields.integer(spec, "replicas", "spec", default=1)
+    base = "spec.leaderWorkerTemplate"
+    group = fields.mapping(spec, "leaderWorkerTemplate", "spec", required=True)
+    size = fields.integer(group, "size", base, default=1, minimum=1)
+    worker = fields.mapping(group, "workerTemplate", base, required=True)
+    worker_path = join(base, "workerTemplate")
+    leader = fields.optional_mapping(group, "leaderTemplate", base)
+    # Kueue's LWS integration (leaderworkerset_reconciler.go podSets): without a leader
+    # template the whole group is one PodSet "main" of `size` pods.
+    if leader is None:
+        return replicas, True, [pod_set(fields, worker, worker_path, name="main", count=size)]
+    # Kueue keeps a count-0 "worker" PodSet for size 1; it reserves nothing, so it is left out
+    # here (the worker template is still validated).
+    workers = pod_set(fields, worker, worker_path, name="worker", count=size - 1)
+    leaders = pod_set(fields, leader, join(base, "leaderTemplate"), name="leader", count=1)
+    return replicas, True, [leaders, workers] if size > 1 else [leaders]
+
+
+_SHAPES: dict[str, Callable[[Fields, Document, Mapping[str, Any]], _Built]] = {
+    "Job": _job,
+    "Deployment": _deployment,
+    "JobSet": _jobset,
+    "LeaderWorkerSet": _leader_worker_set,
+}

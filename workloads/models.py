@@ -1,0 +1,262 @@
+"""Kueue objects, the Kubernetes objects users apply, Kueue workloads, pods, checkpoints, events.
+
+Every Kueue object keeps its normalised `spec` (quantities in milli-units) and the manifest
+as it was applied; the columns duplicate what queries filter on.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from clusters.models import Cluster, Node
+
+
+class QueueObject(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=253)
+    spec = models.JSONField(default=dict)
+    manifest = models.JSONField(default=dict, help_text="As applied; empty if made in the UI")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    KIND = ""
+    NAMESPACED = False
+
+    class Meta:
+        abstract = True
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def key(self) -> str:
+        return f"{self.KIND}/{self.name}"
+
+
+def _unique(model: str, *fields: str) -> list[models.UniqueConstraint]:
+    return [models.UniqueConstraint(fields=["cluster", *fields], name=f"unique_{model}")]
+
+
+class ResourceFlavor(QueueObject):
+    KIND = "ResourceFlavor"
+
+    class Meta(QueueObject.Meta):
+        constraints = _unique("resourceflavor", "name")
+
+
+class Cohort(QueueObject):
+    KIND = "Cohort"
+    parent_name = models.CharField(max_length=253, blank=True)
+
+    class Meta(QueueObject.Meta):
+        constraints = _unique("cohort", "name")
+
+
+class ClusterQueue(QueueObject):
+    KIND = "ClusterQueue"
+    cohort_name = models.CharField(max_length=253, blank=True, db_index=True)
+
+    class Meta(QueueObject.Meta):
+        constraints = _unique("clusterqueue", "name")
+
+
+class LocalQueue(QueueObject):
+    KIND = "LocalQueue"
+    NAMESPACED = True
+    namespace = models.CharField(max_length=63)
+    cluster_queue_name = models.CharField(max_length=253, db_index=True)
+
+    class Meta(QueueObject.Meta):
+        ordering = ["namespace", "name"]
+        constraints = _unique("localqueue", "namespace", "name")
+
+    @property
+    def key(self) -> str:
+        return f"{self.KIND}/{self.namespace}/{self.name}"
+
+
+class WorkloadPriorityClass(QueueObject):
+    KIND = "WorkloadPriorityClass"
+    value = models.IntegerField()
+
+    class Meta(QueueObject.Meta):
+        constraints = _unique("workloadpriorityclass", "name")
+
+
+class PriorityClass(QueueObject):
+    KIND = "PriorityClass"
+    value = models.IntegerField()
+    global_default = models.BooleanField(default=False)
+
+    class Meta(QueueObject.Meta):
+        constraints = _unique("priorityclass", "name")
+
+
+class Topology(QueueObject):
+    KIND = "Topology"
+
+    class Meta(QueueObject.Meta):
+        constraints = _unique("topology", "name")
+
+
+class AdmissionCheck(QueueObject):
+    KIND = "AdmissionCheck"
+
+    class Meta(QueueObject.Meta):
+        constraints = _unique("admissioncheck", "name")
+
+
+QUEUE_MODELS: dict[str, type[QueueObject]] = {
+    m.KIND: m
+    for m in (
+        ResourceFlavor,
+        Cohort,
+        ClusterQueue,
+        LocalQueue,
+        WorkloadPriorityClass,
+        PriorityClass,
+        Topology,
+        AdmissionCheck,
+    )
+}
+
+
+class KubeObject(models.Model):
+    """An object a user applied (Job, Deployment, JobSet, LeaderWorkerSet, Service, ...)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="kube_objects")
+    api_version = models.CharField(max_length=128)
+    kind = models.CharField(max_length=64)
+    namespace = models.CharField(max_length=63, blank=True)
+    name = models.CharField(max_length=253)
+    manifest = models.JSONField(help_text="Verbatim as applied (after scale, with new replicas)")
+    simulation = models.JSONField(default=dict, help_text="How the simulator runs it")
+    preemptions = models.PositiveIntegerField(default=0, help_text="Of all its workloads, ever")
+    generation = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["namespace", "kind", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "kind", "namespace", "name"], name="unique_kube_object"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def key(self) -> str:
+        if self.namespace:
+            return f"{self.kind}/{self.namespace}/{self.name}"
+        return f"{self.kind}/{self.name}"
+
+
+class Workload(models.Model):
+    """A Kueue Workload: one per Job/JobSet, per Deployment pod, per LeaderWorkerSet group."""
+
+    class Phase(models.TextChoices):
+        PENDING = "Pending"
+        QUOTA_RESERVED = "QuotaReserved"
+        ADMITTED = "Admitted"
+        FINISHED = "Finished"
+        FAILED = "Failed"
+
+    HOLDING_QUOTA = (Phase.QUOTA_RESERVED, Phase.ADMITTED)
+    ACTIVE_PHASES = (Phase.PENDING, Phase.QUOTA_RESERVED, Phase.ADMITTED)
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="workloads")
+    owner = models.ForeignKey(KubeObject, on_delete=models.CASCADE, related_name="workloads")
+    name = models.CharField(max_length=253)
+    namespace = models.CharField(max_length=63)
+    replica_index = models.PositiveIntegerField(default=0)
+    queue_name = models.CharField(max_length=253)
+    cluster_queue_name = models.CharField(max_length=253, blank=True)
+    priority = models.IntegerField(default=0)
+    priority_class_name = models.CharField(max_length=253, blank=True)
+    pod_sets = models.JSONField(help_text="PodSets as Kueue builds them; requests in milli-units")
+    phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PENDING)
+    admission = models.JSONField(null=True, blank=True)
+    queued_at = models.DateTimeField(help_text="Queue-order timestamp (creation)")
+    quota_reserved_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    pending_reason = models.CharField(max_length=64, blank=True)
+    pending_message = models.TextField(blank=True)
+    parked = models.BooleanField(default=False, help_text="In Kueue's inadmissible set")
+    preempting = models.BooleanField(default=False, help_text="Waiting for its victims to stop")
+    evicting = models.BooleanField(default=False, help_text="Evicted; pods still stopping")
+    eviction_reason = models.CharField(max_length=64, blank=True)
+    admissions = models.PositiveIntegerField(default=0)
+    preemptions = models.PositiveIntegerField(default=0)
+    # Simulated training progress (Jobs and JobSets).
+    start_step = models.PositiveIntegerField(default=0)
+    training_started_at = models.DateTimeField(null=True, blank=True)
+    resumed_from_step = models.PositiveIntegerField(null=True, blank=True)
+    steps_lost = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["queued_at", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "namespace", "name"], name="unique_workload_name"
+            )
+        ]
+        indexes = [models.Index(fields=["cluster", "phase"])]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Pod(models.Model):
+    class Phase(models.TextChoices):
+        SCHEDULING_GATED = "SchedulingGated"
+        PENDING = "Pending"
+        RUNNING = "Running"
+        SUCCEEDED = "Succeeded"
+        FAILED = "Failed"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pods")
+    owner = models.ForeignKey(KubeObject, on_delete=models.CASCADE, related_name="pods")
+    workload = models.ForeignKey(
+        Workload, on_delete=models.CASCADE, null=True, blank=True, related_name="pods"
+    )
+    name = models.CharField(max_length=253)
+    namespace = models.CharField(max_length=63)
+    pod_set = models.CharField(max_length=63, default="main")
+    replica_index = models.PositiveIntegerField(default=0)
+    phase = models.CharField(max_length=20, choices=Phase.choices)
+    scheduling = models.JSONField(
+        default=dict, help_text="requests, node_selector, tolerations, required_node_affinity"
+    )
+    node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True)
+    created_at = models.DateTimeField()
+    bound_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True, help_text="When it becomes ready")
+    ready = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "namespace", "name"], name="unique_pod")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Checkpoint(models.Model):
+    owner = models.ForeignKey(KubeObject, on_delete=models.CASCADE, related_name="checkpoints")
+    workload = models.ForeignKey(Workload, on_delete=models.SET_NULL, null=True, blank=True)
+    step = models.PositiveIntegerField()
+    path = models.CharField(max_length=1024, blank=True)
+    saved_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["owner", "step"]
+
+    def __str__(self) -> str:
+        return f"{self.owner.key}@{self.step}"

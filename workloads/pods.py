@@ -1,0 +1,138 @@
+"""Simulated pods: what Kubernetes controllers create, gate, delete and recreate."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from workloads.models import KubeObject, Pod, ResourceFlavor, Workload
+
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+
+
+def short_hash(*parts: object, length: int = 5) -> str:
+    """Deterministic stand-in for the random suffixes Kubernetes controllers generate."""
+    digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).hexdigest()
+    return digest[:length]
+
+
+def is_pod_owned(owner: KubeObject) -> bool:
+    """Deployment pods are Kueue workloads of their own (pod integration)."""
+    return owner.kind == "Deployment"
+
+
+def scheduling(pod_set: Mapping[str, Any], flavors: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The pod's scheduling fields once Kueue has injected its flavors' labels and tolerations."""
+    node_selector = dict(pod_set.get("node_selector") or {})
+    tolerations = list(pod_set.get("tolerations") or ())
+    for flavor in flavors:
+        node_selector.update(flavor.get("node_labels") or {})
+        tolerations.extend(flavor.get("tolerations") or ())
+    return {
+        "requests": dict(pod_set["requests"]),
+        "node_selector": node_selector,
+        "tolerations": tolerations,
+        "required_node_affinity": list(pod_set.get("required_node_affinity") or ()),
+    }
+
+
+def pod_names(
+    owner: KubeObject, pod_set: str, count: int, replica: int, created: float = 0.0
+) -> list[str]:
+    if owner.kind == "Job":
+        return [f"{owner.name}-{i}-{short_hash(owner.pk, owner.generation, i)}" for i in range(count)]
+    if owner.kind == "JobSet":
+        return [
+            f"{owner.name}-{pod_set}-{i}-{short_hash(owner.pk, pod_set, i)}" for i in range(count)
+        ]
+    if owner.kind == "LeaderWorkerSet":
+        if pod_set == "leader":
+            return [f"{owner.name}-{replica}"]
+        return [f"{owner.name}-{replica}-{i + 1}" for i in range(count)]
+    return [f"{owner.name}-{short_hash(owner.pk, owner.generation, 'rs', length=10)}-"
+            f"{short_hash(owner.pk, replica, i, created)}" for i in range(count)]
+
+
+def create_gated(row: Workload, now: datetime) -> None:
+    """A Deployment replica's pod: it exists at once, held by Kueue's scheduling gate."""
+    pod_set = row.pod_sets[0]
+    Pod.objects.create(
+        cluster_id=row.cluster_id,
+        owner=row.owner,
+        workload=row,
+        name=pod_names(row.owner, pod_set["name"], 1, row.replica_index, now.timestamp())[0],
+        namespace=row.namespace,
+        pod_set=pod_set["name"],
+        replica_index=row.replica_index,
+        phase=Pod.Phase.SCHEDULING_GATED,
+        scheduling=scheduling(pod_set),
+        created_at=now,
+    )
+
+
+def create_unmanaged(owner: KubeObject, pod_sets: Sequence[Mapping[str, Any]], replicas: int,
+                     now: datetime) -> None:
+    """Pods of an object without a queue-name label go straight to kube-scheduler."""
+    for replica in range(replicas):
+        for pod_set in pod_sets:
+            for name in pod_names(owner, pod_set["name"], pod_set["count"], replica):
+                Pod.objects.create(
+                    cluster_id=owner.cluster_id, owner=owner, name=name,
+                    namespace=owner.namespace, pod_set=pod_set["name"], replica_index=replica,
+                    phase=Pod.Phase.PENDING, scheduling=scheduling(pod_set), created_at=now,
+                )
+
+
+def _flavors_of(row: Workload) -> dict[str, list[dict[str, Any]]]:
+    """Per PodSet, the specs of the ResourceFlavors it was admitted with."""
+    assert row.admission is not None
+    names = {f for p in row.admission["pod_sets"] for f in p["flavors"].values()}
+    specs = {
+        f.name: f.spec for f in ResourceFlavor.objects.filter(cluster_id=row.cluster_id, name__in=names)
+    }
+    return {
+        p["name"]: [specs[f] for f in sorted(set(p["flavors"].values())) if f in specs]
+        for p in row.admission["pod_sets"]
+    }
+
+
+def start(row: Workload, now: datetime) -> None:
+    """Admitted: ungate the pod (Deployment) or unsuspend the job (create its pods)."""
+    flavors = _flavors_of(row)
+    counts = {p["name"]: p["count"] for p in row.admission["pod_sets"]} if row.admission else {}
+    if is_pod_owned(row.owner):
+        pod_set = row.pod_sets[0]
+        Pod.objects.filter(workload=row).update(
+            phase=Pod.Phase.PENDING, scheduling=scheduling(pod_set, flavors.get(pod_set["name"], []))
+        )
+        return
+    for pod_set in row.pod_sets:
+        count = counts.get(pod_set["name"], pod_set["count"])
+        spec = scheduling(pod_set, flavors.get(pod_set["name"], []))
+        Pod.objects.bulk_create(
+            Pod(
+                cluster_id=row.cluster_id, owner=row.owner, workload=row, name=name,
+                namespace=row.namespace, pod_set=pod_set["name"],
+                replica_index=row.replica_index, phase=Pod.Phase.PENDING, scheduling=spec,
+                created_at=now,
+            )
+            for name in pod_names(row.owner, pod_set["name"], count, row.replica_index)
+        )
+
+
+def stop(row: Workload) -> None:
+    """Evicted: the job is suspended (pods deleted); a Deployment's pod is recreated gated."""
+    if is_pod_owned(row.owner):
+        Pod.objects.filter(workload=row).update(
+            phase=Pod.Phase.SCHEDULING_GATED, node=None, bound_at=None, ready_at=None, ready=False,
+            scheduling=scheduling(row.pod_sets[0]),
+        )
+        return
+    Pod.objects.filter(workload=row).delete()
+
+
+def complete(row: Workload, phase: str) -> None:
+    """The workload ended: its pods terminate and free their nodes."""
+    Pod.objects.filter(workload=row).update(phase=phase, node=None, ready=False)

@@ -1,0 +1,276 @@
+"""The simulated cluster on a clock: kubelet, job controllers and training progress.
+
+`settle(cluster, now)` runs admission and everything that happens at one instant until
+nothing changes; `advance(cluster, start, end)` jumps from one future event to the next
+(a pod becoming ready, a checkpoint, a job finishing) so virtual hours cost little.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+import scheduler
+from clusters.models import Cluster, Node
+from events.services import record_event
+from workloads import admission, pods
+from workloads.models import Checkpoint, Pod, Workload
+from workloads.snapshot import affinity, node, toleration
+
+MAX_ROUNDS = 100
+TRAINING_KINDS = ("Job", "JobSet")
+
+
+def settle(cluster: Cluster, now: datetime) -> None:
+    for _ in range(MAX_ROUNDS):
+        decisions = admission.admit_pending(cluster, now)
+        changed = bool(decisions.admitted or decisions.preemptions)
+        if not (_step(cluster, now) or changed):
+            return
+
+
+def advance(cluster: Cluster, start: datetime, end: datetime) -> None:
+    settle(cluster, start)
+    while (at := next_event_at(cluster)) is not None and at <= end:
+        settle(cluster, at)
+
+
+def _step(cluster: Cluster, now: datetime) -> bool:
+    with transaction.atomic():
+        changed = stop_evicted(cluster, now)
+        changed |= _promote_checked(cluster, now)
+        changed |= _bind_pods(cluster, now)
+        changed |= _ready_pods(cluster, now)
+        changed |= _progress_training(cluster, now)
+    return changed
+
+
+def _sim(row: Workload) -> dict[str, Any]:
+    return row.owner.simulation
+
+
+def current_step(row: Workload, now: datetime) -> int:
+    """Training steps completed by `now` (the checkpoint it resumed from included)."""
+    if row.training_started_at is None:
+        return row.start_step
+    sim = _sim(row)
+    done = row.start_step + int((now - row.training_started_at).total_seconds() // sim["step_time"])
+    return min(done, sim["total_steps"]) if sim["total_steps"] else done
+
+
+def latest_checkpoint_step(row: Workload) -> int:
+    latest = Checkpoint.objects.filter(owner_id=row.owner_id).order_by("-step").first()
+    return latest.step if latest else 0
+
+
+def stop_evicted(cluster: Cluster, now: datetime) -> bool:
+    """Evicted workloads stop (sim: at once), release quota and go back to their queue."""
+    rows = list(Workload.objects.filter(cluster=cluster, evicting=True).select_related("owner"))
+    for row in rows:
+        lost = 0
+        if row.training_started_at is not None:
+            lost = max(0, current_step(row, now) - latest_checkpoint_step(row))
+        pods.stop(row)
+        row.phase = Workload.Phase.PENDING
+        row.admission = None
+        row.evicting = False
+        row.quota_reserved_at = row.admitted_at = row.training_started_at = None
+        row.steps_lost += lost
+        if pods.is_pod_owned(row.owner):
+            row.queued_at = now  # a recreated pod is a new workload in Kueue's queue order
+        row.save()
+        record_event(
+            "workload.evicted", at=now, cluster=cluster.name, namespace=row.namespace,
+            object_key=row.owner.key, workload=row.name, reason=row.eviction_reason,
+            steps_lost=lost,
+            message=f"evicted ({row.eviction_reason}), quota released; "
+            f"{lost} training steps lost since the last checkpoint",
+        )
+        record_event(
+            "workload.requeued", at=now, cluster=cluster.name, namespace=row.namespace,
+            object_key=row.owner.key, workload=row.name,
+            message=f"requeued in LocalQueue {row.queue_name}",
+        )
+    if rows:
+        unpark(cluster)
+    return bool(rows)
+
+
+def unpark(cluster: Cluster) -> None:
+    """Capacity was released: Kueue moves inadmissible workloads back to their queues."""
+    Workload.objects.filter(cluster=cluster, parked=True).update(parked=False)
+
+
+def _promote_checked(cluster: Cluster, now: datetime) -> bool:
+    """Admission checks: the simulated controllers mark them Ready at once."""
+    rows = list(
+        Workload.objects.filter(cluster=cluster, phase=Workload.Phase.QUOTA_RESERVED)
+        .select_related("owner", "cluster")
+    )
+    for row in rows:
+        cq = row.cluster_queue_name
+        admission.mark_admitted(row, now, f"admitted by ClusterQueue {cq}: admission checks ready")
+    return bool(rows)
+
+
+def _bind_pods(cluster: Cluster, now: datetime) -> bool:
+    waiting = list(
+        Pod.objects.filter(cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=True)
+        .select_related("owner")
+        .order_by("created_at", "name")
+    )
+    if not waiting:
+        return False
+    nodes = {n.name: n for n in Node.objects.filter(cluster=cluster)}
+    used: dict[str, dict[str, int]] = defaultdict(dict)
+    for pod in Pod.objects.filter(cluster=cluster, node__isnull=False).select_related("node"):
+        assert pod.node is not None
+        node_used = used[pod.node.name]
+        for resource, amount in pod.scheduling["requests"].items():
+            node_used[resource] = node_used.get(resource, 0) + amount
+        node_used["pods"] = node_used.get("pods", 0) + 1000
+    bindings = scheduler.place(
+        [node(n) for n in nodes.values()], used, [_pod(p) for p in waiting]
+    )
+    bound = False
+    for pod in waiting:
+        target = bindings.get(pod.name)
+        if target is None:
+            continue
+        pod.node = nodes[target]
+        pod.bound_at = now
+        pod.ready_at = now + timedelta(seconds=pod.owner.simulation.get("startup", 30))
+        pod.save(update_fields=["node", "bound_at", "ready_at"])
+        bound = True
+    return bound
+
+
+def _pod(pod: Pod) -> scheduler.Pod:
+    spec = pod.scheduling
+    return scheduler.Pod(
+        key=pod.name,
+        requests=spec["requests"],
+        node_selector=spec.get("node_selector") or {},
+        required_affinity=affinity(spec.get("required_node_affinity") or ()),
+        tolerations=tuple(toleration(t) for t in spec.get("tolerations") or ()),
+    )
+
+
+def _ready_pods(cluster: Cluster, now: datetime) -> bool:
+    return bool(
+        Pod.objects.filter(
+            cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=False, ready_at__lte=now
+        ).update(phase=Pod.Phase.RUNNING, ready=True)
+    )
+
+
+def _training_rows(cluster: Cluster) -> list[Workload]:
+    return list(
+        Workload.objects.filter(
+            cluster=cluster, phase=Workload.Phase.ADMITTED, owner__kind__in=TRAINING_KINDS
+        ).select_related("owner")
+    )
+
+
+def _progress_training(cluster: Cluster, now: datetime) -> bool:
+    changed = False
+    for row in _training_rows(cluster):
+        if row.training_started_at is None:
+            changed |= _start_training(row)
+            continue
+        changed |= _checkpoint(row, now)
+        sim = _sim(row)
+        if sim["total_steps"] and current_step(row, now) >= sim["total_steps"]:
+            finish(row, _time_of_step(row, sim["total_steps"]), Workload.Phase.FINISHED)
+            changed = True
+    return changed
+
+
+def _start_training(row: Workload) -> bool:
+    """Steps start once every pod of the job is ready."""
+    pod_states = list(row.pods.values_list("ready", "ready_at"))
+    expected = sum(p["count"] for p in (row.admission or {}).get("pod_sets", []))
+    if len(pod_states) < expected or not all(ready for ready, _ in pod_states):
+        return False
+    row.training_started_at = max(at for _, at in pod_states)
+    row.save(update_fields=["training_started_at"])
+    return True
+
+
+def _time_of_step(row: Workload, step: int) -> datetime:
+    assert row.training_started_at is not None
+    seconds = (step - row.start_step) * _sim(row)["step_time"]
+    return row.training_started_at + timedelta(seconds=seconds)
+
+
+def _checkpoint(row: Workload, now: datetime) -> bool:
+    every = _sim(row)["checkpoint_every"]
+    if not every:
+        return False
+    last = max(latest_checkpoint_step(row), row.start_step)
+    reached = current_step(row, now)
+    steps = range((last // every + 1) * every, reached + 1, every)
+    for step in steps:
+        record_checkpoint(row, step, _time_of_step(row, step), path="")
+    return bool(steps)
+
+
+def record_checkpoint(row: Workload, step: int, at: datetime, path: str) -> Checkpoint:
+    path = path or f"checkpoint-{step}"
+    checkpoint = Checkpoint.objects.create(owner=row.owner, workload=row, step=step, path=path,
+                                           saved_at=at)
+    record_event(
+        "checkpoint.saved", at=at, cluster=row.cluster.name, namespace=row.namespace,
+        object_key=row.owner.key, workload=row.name, step=step, path=path,
+        message=f"checkpoint saved at step {step} ({path})",
+    )
+    return checkpoint
+
+
+def finish(row: Workload, at: datetime, phase: str) -> None:
+    """The workload ended by itself or by the user; its quota returns to the queue."""
+    row.phase = phase
+    row.finished_at = at
+    row.evicting = False
+    row.save(update_fields=["phase", "finished_at", "evicting"])
+    pods.complete(row, Pod.Phase.SUCCEEDED if phase == Workload.Phase.FINISHED else Pod.Phase.FAILED)
+    kind = "workload.finished" if phase == Workload.Phase.FINISHED else "workload.failed"
+    record_event(
+        kind, at=at, cluster=row.cluster.name, namespace=row.namespace, object_key=row.owner.key,
+        workload=row.name, message=f"{row.owner.key} {phase.lower()}",
+    )
+    unpark(row.cluster)
+
+
+def next_event_at(cluster: Cluster) -> datetime | None:
+    """When the simulated world next changes by itself."""
+    times = list(
+        Pod.objects.filter(
+            cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=False, ready_at__isnull=False
+        ).values_list("ready_at", flat=True)
+    )
+    for row in _training_rows(cluster):
+        if row.training_started_at is None:
+            continue
+        sim = _sim(row)
+        candidates = []
+        if sim["checkpoint_every"]:
+            done = max(latest_checkpoint_step(row), row.start_step)
+            candidates.append((done // sim["checkpoint_every"] + 1) * sim["checkpoint_every"])
+        if sim["total_steps"]:
+            candidates.append(sim["total_steps"])
+        if candidates:
+            times.append(_time_of_step(row, min(candidates)))
+    return min(times) if times else None
+
+
+def tick_live() -> None:
+    """Advance every running sim cluster from its last tick to now (Celery beat, live mode)."""
+    from django.utils import timezone
+
+    now = timezone.now()
+    for cluster in Cluster.objects.filter(status=Cluster.Status.RUNNING, provider="sim"):
+        advance(cluster, now, now)

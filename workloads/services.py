@@ -1,0 +1,354 @@
+"""Every change users make to queues and workloads: `kubectl apply`, scale, delete, finish."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from clusters.models import Cluster
+from events.services import record_event
+from workloads import manifests, pods, runtime
+from workloads.durations import parse_duration
+from workloads.manifests import Document, ManifestError, WorkloadShape
+from workloads.models import (
+    QUEUE_MODELS,
+    KubeObject,
+    LocalQueue,
+    PriorityClass,
+    Workload,
+    WorkloadPriorityClass,
+)
+
+QUEUE_KINDS = frozenset(QUEUE_MODELS)
+# Kueue's webhooks name workloads <prefix>-<object>-<hash>.
+WORKLOAD_PREFIX = {"Job": "job", "JobSet": "jobset", "Deployment": "pod", "LeaderWorkerSet": "lws"}
+SIM_DEFAULTS = {"startup": 30.0, "step_time": 10.0, "total_steps": 0, "checkpoint_every": 100}
+
+
+class ObjectNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    key: str
+    action: str  # created | configured | unchanged
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    document: Document
+    spec: dict[str, Any] | None
+    shape: WorkloadShape | None
+
+
+def apply(
+    cluster: Cluster,
+    text: str | bytes,
+    *,
+    source: str,
+    now: datetime,
+    namespace: str | None = None,
+    substitutions: Mapping[str, str] | None = None,
+    simulation: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[Applied]:
+    """`kubectl apply`: validate every document first, then create or update all, atomically."""
+    documents = manifests.load_documents(
+        text, source=source, default_namespace=namespace, substitutions=substitutions
+    )
+    plans = [_plan(doc) for doc in documents]
+    with transaction.atomic():
+        results = [_apply_one(cluster, plan, now, simulation or {}) for plan in plans]
+    runtime.settle(cluster, now)
+    return results
+
+
+def _plan(doc: Document) -> _Plan:
+    if doc.kind in QUEUE_KINDS:
+        return _Plan(doc, manifests.queue_spec(doc), None)
+    return _Plan(doc, None, manifests.workload_shape(doc))
+
+
+def _apply_one(
+    cluster: Cluster, plan: _Plan, now: datetime, simulation: Mapping[str, Mapping[str, Any]]
+) -> Applied:
+    doc = plan.document
+    if plan.spec is not None:
+        return _apply_queue_object(cluster, doc, plan.spec, now)
+    existing = KubeObject.objects.filter(
+        cluster=cluster, kind=doc.kind, namespace=doc.namespace or "", name=doc.name
+    ).first()
+    if existing is not None and existing.manifest == doc.body:
+        return Applied(doc.key, "unchanged")
+    sim = _simulation(doc, plan.shape, simulation.get(doc.key, {}))
+    if plan.shape is not None and plan.shape.queue_name:
+        _check_queue(cluster, doc, plan.shape)
+    if existing is None:
+        obj = KubeObject.objects.create(
+            cluster=cluster, api_version=doc.api_version, kind=doc.kind,
+            namespace=doc.namespace or "", name=doc.name, manifest=doc.body, simulation=sim,
+            created_at=now, updated_at=now,
+        )
+        action = "created"
+    else:
+        obj = existing
+        if plan.shape is not None and _only_replicas_changed(existing.manifest, doc.body):
+            _scale_to(obj, plan.shape.replicas, now, doc.body)
+            return Applied(doc.key, "configured")
+        _remove_workloads(obj, now)
+        obj.manifest, obj.simulation, obj.generation = doc.body, sim, obj.generation + 1
+        obj.api_version, obj.updated_at = doc.api_version, now
+        obj.save()
+        action = "configured"
+    record_event(
+        f"object.{action}", at=now, cluster=cluster.name, namespace=obj.namespace,
+        object_key=obj.key, message=f"{obj.key} {action}",
+    )
+    if plan.shape is not None:
+        _create_workloads(obj, plan.shape, range(plan.shape.replicas), now)
+    return Applied(doc.key, action)
+
+
+def _apply_queue_object(
+    cluster: Cluster, doc: Document, spec: dict[str, Any], now: datetime
+) -> Applied:
+    model = QUEUE_MODELS[doc.kind]
+    lookup: dict[str, Any] = {"cluster": cluster, "name": doc.name}
+    if model.NAMESPACED:
+        lookup["namespace"] = doc.namespace
+    columns = _queue_columns(doc.kind, spec)
+    row = model.objects.filter(**lookup).first()
+    if row is not None and row.spec == spec and row.manifest == doc.body:
+        return Applied(doc.key, "unchanged")
+    if row is None:
+        model.objects.create(**lookup, **columns, spec=spec, manifest=doc.body,
+                             created_at=now, updated_at=now)
+        action = "created"
+    else:
+        model.objects.filter(pk=row.pk).update(**columns, spec=spec, manifest=doc.body,
+                                                updated_at=now)
+        action = "configured"
+    record_event(
+        f"{doc.kind.lower()}.{action}", at=now, cluster=cluster.name,
+        namespace=doc.namespace or "", object_key=doc.key, message=f"{doc.key} {action}",
+    )
+    # Queue, flavor or cohort changes may make room: Kueue requeues inadmissible workloads.
+    runtime.unpark(cluster)
+    return Applied(doc.key, action)
+
+
+def _queue_columns(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    if kind == "ClusterQueue":
+        return {"cohort_name": spec.get("cohort") or ""}
+    if kind == "Cohort":
+        return {"parent_name": spec.get("parent") or ""}
+    if kind == "LocalQueue":
+        return {"cluster_queue_name": spec["cluster_queue"]}
+    if kind == "WorkloadPriorityClass":
+        return {"value": spec["value"]}
+    if kind == "PriorityClass":
+        return {"value": spec["value"], "global_default": spec["global_default"]}
+    return {}
+
+
+def _check_queue(cluster: Cluster, doc: Document, shape: WorkloadShape) -> None:
+    if not LocalQueue.objects.filter(
+        cluster=cluster, namespace=doc.namespace, name=shape.queue_name
+    ).exists():
+        raise ManifestError(
+            f"LocalQueue {shape.queue_name!r} does not exist in namespace {doc.namespace!r}",
+            source=doc.source, document=doc.index, object=f"{doc.kind} {doc.namespace}/{doc.name}",
+            path="metadata.labels[kueue.x-k8s.io/queue-name]", value=shape.queue_name,
+        )
+
+
+def _simulation(
+    doc: Document, shape: WorkloadShape | None, override: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Scenario entry, else sim.accelplane.dev annotations, else defaults (FORMAT.md)."""
+    from_annotations = shape.sim if shape else {}
+    sim: dict[str, Any] = dict(SIM_DEFAULTS)
+    startup_probe = max((p.startup_seconds for p in shape.pod_sets), default=0) if shape else 0
+    sim["startup"] = max(SIM_DEFAULTS["startup"], startup_probe)
+    names = {"startup": "startup", "step-time": "step_time", "total-steps": "total_steps",
+             "checkpoint-every": "checkpoint_every"}
+    for annotation, field in names.items():
+        if annotation in from_annotations:
+            sim[field] = _sim_value(field, from_annotations[annotation], doc, annotation)
+    for key, value in override.items():
+        field = {"stepTime": "step_time", "totalSteps": "total_steps",
+                 "checkpointEvery": "checkpoint_every"}.get(key, key)
+        sim[field] = _sim_value(field, value, doc, key)
+    return sim
+
+
+def _sim_value(field: str, value: Any, doc: Document, name: str) -> float | int:
+    try:
+        if field in ("startup", "step_time"):
+            return parse_duration(value)
+        return int(value)
+    except (TypeError, ValueError):
+        raise ManifestError(
+            f"invalid simulation value {value!r}", source=doc.source, document=doc.index,
+            object=doc.key, path=f"simulation.{name}", value=value,
+        ) from None
+
+
+def _only_replicas_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    def without_replicas(body: Mapping[str, Any]) -> dict[str, Any]:
+        spec = {k: v for k, v in (body.get("spec") or {}).items() if k != "replicas"}
+        return {**body, "spec": spec}
+
+    return without_replicas(old) == without_replicas(new)
+
+
+def _priority(cluster: Cluster, obj: KubeObject, shape: WorkloadShape) -> tuple[int, str]:
+    """Kueue's order: WorkloadPriorityClass label, pod PriorityClass, global default, 0."""
+    if shape.priority_class:
+        wpc = WorkloadPriorityClass.objects.filter(cluster=cluster, name=shape.priority_class).first()
+        if wpc is None:
+            raise _missing_priority(obj, "metadata.labels[kueue.x-k8s.io/priority-class]",
+                                    shape.priority_class, "WorkloadPriorityClass")
+        return wpc.value, wpc.name
+    if shape.pod_priority_class:
+        pc = PriorityClass.objects.filter(cluster=cluster, name=shape.pod_priority_class).first()
+        if pc is None:
+            raise _missing_priority(obj, "spec.template.spec.priorityClassName",
+                                    shape.pod_priority_class, "PriorityClass")
+        return pc.value, pc.name
+    default = (
+        PriorityClass.objects.filter(cluster=cluster, global_default=True).order_by("value").first()
+    )
+    return (default.value, default.name) if default else (0, "")
+
+
+def _missing_priority(obj: KubeObject, path: str, name: str, kind: str) -> ManifestError:
+    return ManifestError(
+        f"{kind} {name!r} does not exist", source="request", document=None, object=obj.key,
+        path=path, value=name,
+    )
+
+
+def _create_workloads(obj: KubeObject, shape: WorkloadShape, replicas: range, now: datetime) -> None:
+    pod_sets = [asdict(p) for p in shape.pod_sets]
+    if not shape.queue_name:
+        pods.create_unmanaged(obj, pod_sets, len(replicas), now)
+        return
+    priority, priority_class = _priority(obj.cluster, obj, shape)
+    indexes = replicas if shape.per_replica else range(1)
+    for index in indexes:
+        suffix = pods.short_hash(obj.pk, obj.generation, index, now.timestamp())
+        base = f"{obj.name}-{index}" if shape.per_replica else obj.name
+        row = Workload.objects.create(
+            cluster=obj.cluster, owner=obj, namespace=obj.namespace,
+            name=f"{WORKLOAD_PREFIX[obj.kind]}-{base}-{suffix}"[:253], replica_index=index,
+            queue_name=shape.queue_name, priority=priority, priority_class_name=priority_class,
+            pod_sets=pod_sets, queued_at=now,
+        )
+        if pods.is_pod_owned(obj):
+            pods.create_gated(row, now)
+        record_event(
+            "workload.submitted", at=now, cluster=obj.cluster.name, namespace=obj.namespace,
+            object_key=obj.key, workload=row.name, queue=shape.queue_name, priority=priority,
+            message=f"workload {row.name} submitted to LocalQueue {shape.queue_name}",
+        )
+
+
+def get_object(cluster: Cluster, kind: str, namespace: str, name: str) -> KubeObject:
+    obj = KubeObject.objects.filter(
+        cluster=cluster, kind=kind, namespace=namespace or "", name=name
+    ).first()
+    if obj is None:
+        key = f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+        raise ObjectNotFound(f"{key} not found in cluster {cluster.name}")
+    return obj
+
+
+def scale(obj: KubeObject, replicas: int, now: datetime) -> None:
+    """`kubectl scale` for Deployments and LeaderWorkerSets."""
+    doc = Document(
+        source="scale", index=1, api_version=obj.api_version, kind=obj.kind, name=obj.name,
+        namespace=obj.namespace or None, body=obj.manifest,
+    )
+    body = manifests.scale(doc, replicas)
+    with transaction.atomic():
+        _scale_to(obj, replicas, now, body)
+    runtime.settle(obj.cluster, now)
+
+
+def _scale_to(obj: KubeObject, replicas: int, now: datetime, body: dict[str, Any]) -> None:
+    doc = Document(
+        source="scale", index=1, api_version=obj.api_version, kind=obj.kind, name=obj.name,
+        namespace=obj.namespace or None, body=body,
+    )
+    shape = manifests.workload_shape(doc)
+    assert shape is not None
+    current = list(obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES))
+    before = len(current) if shape.queue_name else obj.pods.count()
+    obj.manifest = body
+    obj.updated_at = now
+    obj.save(update_fields=["manifest", "updated_at"])
+    if replicas > before:
+        start = max((w.replica_index for w in current), default=-1) + 1
+        _create_workloads(obj, shape, range(start, start + replicas - before), now)
+    elif replicas < before:
+        for row in sorted(current, key=_scale_down_order)[: before - replicas]:
+            _remove(row, now)
+        runtime.unpark(obj.cluster)
+    record_event(
+        "workload.scaled", at=now, cluster=obj.cluster.name, namespace=obj.namespace,
+        object_key=obj.key, replicas=replicas, previous=before,
+        message=f"{obj.key} scaled from {before} to {replicas} replicas",
+    )
+
+
+def _scale_down_order(row: Workload) -> tuple[int, float]:
+    """ReplicaSet scale-down: gated or unplaced pods first, then not ready, then newest."""
+    states = list(row.pods.values_list("node_id", "ready"))
+    if not states or any(node is None for node, _ in states):
+        rank = 0
+    elif not all(ready for _, ready in states):
+        rank = 1
+    else:
+        rank = 2
+    return rank, -(row.admitted_at or row.queued_at).timestamp()
+
+
+def _remove(row: Workload, now: datetime) -> None:
+    record_event(
+        "workload.deleted", at=now, cluster=row.cluster.name, namespace=row.namespace,
+        object_key=row.owner.key, workload=row.name, message=f"workload {row.name} deleted",
+    )
+    row.delete()
+
+
+def _remove_workloads(obj: KubeObject, now: datetime) -> None:
+    for row in obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES):
+        _remove(row, now)
+    obj.pods.all().delete()
+    runtime.unpark(obj.cluster)
+
+
+def delete(obj: KubeObject, now: datetime) -> None:
+    cluster = obj.cluster
+    with transaction.atomic():
+        _remove_workloads(obj, now)
+        record_event(
+            "object.deleted", at=now, cluster=cluster.name, namespace=obj.namespace,
+            object_key=obj.key, message=f"{obj.key} deleted",
+        )
+        obj.delete()
+    runtime.settle(cluster, now)
+
+
+def end(obj: KubeObject, now: datetime, *, failed: bool) -> None:
+    """The object's workloads finish (or fail) now, whatever their progress."""
+    phase = Workload.Phase.FAILED if failed else Workload.Phase.FINISHED
+    with transaction.atomic():
+        for row in obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES).select_related("cluster"):
+            runtime.finish(row, now, phase)
+    runtime.settle(obj.cluster, now)

@@ -1,0 +1,209 @@
+"""The only translator from ORM rows to the scheduler's dataclasses; a fixed number of queries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import scheduler as s
+from clusters.models import Cluster, Node
+from workloads.models import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    snapshot: s.Snapshot
+    rows: dict[str, Workload]
+    """Workload rows by scheduler key."""
+
+
+def workload_key(row: Workload) -> str:
+    return f"{row.namespace}/{row.name}"
+
+
+def toleration(data: Mapping[str, Any]) -> s.Toleration:
+    return s.Toleration(
+        key=data.get("key") or "",
+        operator=data.get("operator") or "Equal",
+        value=data.get("value") or "",
+        effect=data.get("effect") or "",
+    )
+
+
+def taint(data: Mapping[str, Any]) -> s.Taint:
+    return s.Taint(data["key"], data.get("value") or "", data.get("effect") or "NoSchedule")
+
+
+def affinity(terms: Iterable[Iterable[Mapping[str, Any]]]) -> tuple[s.NodeSelectorTerm, ...]:
+    return tuple(
+        tuple(
+            s.NodeSelectorRequirement(r["key"], r["operator"], tuple(r.get("values") or ()))
+            for r in term
+        )
+        for term in terms
+    )
+
+
+def pod_set(data: Mapping[str, Any], count: int | None = None) -> s.PodSet:
+    return s.PodSet(
+        name=data["name"],
+        count=data["count"] if count is None else count,
+        requests=data["requests"],
+        node_selector=data.get("node_selector") or {},
+        required_affinity=affinity(data.get("required_node_affinity") or ()),
+        tolerations=tuple(toleration(t) for t in data.get("tolerations") or ()),
+    )
+
+
+@lru_cache(maxsize=4096)
+def _pod_sets_cached(frozen: str) -> tuple[s.PodSet, ...]:
+    import json
+
+    return tuple(pod_set(p) for p in json.loads(frozen))
+
+
+def pod_sets(data: Sequence[Mapping[str, Any]]) -> tuple[s.PodSet, ...]:
+    import json
+
+    # Thousands of workloads share a handful of shapes: convert each shape once.
+    return _pod_sets_cached(json.dumps(data, sort_keys=True))
+
+
+def admission(data: Mapping[str, Any] | None) -> s.Admission | None:
+    if not data:
+        return None
+    return s.Admission(
+        data["cluster_queue"],
+        tuple(
+            s.PodSetAssignment(p["name"], p["flavors"], p["count"]) for p in data["pod_sets"]
+        ),
+    )
+
+
+def admission_json(value: s.Admission) -> dict[str, Any]:
+    return {
+        "cluster_queue": value.cluster_queue,
+        "pod_sets": [
+            {"name": p.name, "flavors": dict(p.flavors), "count": p.count} for p in value.pod_sets
+        ],
+    }
+
+
+def _groups(groups: Iterable[Mapping[str, Any]]) -> tuple[s.ResourceGroup, ...]:
+    return tuple(
+        s.ResourceGroup(
+            tuple(g["covered_resources"]),
+            tuple(
+                s.FlavorQuotas(
+                    f["name"],
+                    {
+                        r["name"]: s.ResourceQuota(
+                            r["nominal_quota"], r.get("borrowing_limit"), r.get("lending_limit")
+                        )
+                        for r in f["resources"]
+                    },
+                )
+                for f in g["flavors"]
+            ),
+        )
+        for g in groups
+    )
+
+
+def cluster_queue(row: ClusterQueue, known_checks: set[str]) -> s.ClusterQueue:
+    spec = row.spec
+    preemption = spec.get("preemption") or {}
+    fungibility = spec.get("flavor_fungibility") or {}
+    checks = tuple(c["name"] for c in spec.get("admission_checks") or ())
+    return s.ClusterQueue(
+        name=row.name,
+        resource_groups=_groups(spec.get("resource_groups") or ()),
+        cohort=row.cohort_name or None,
+        queueing_strategy=s.QueueingStrategy(spec.get("queueing_strategy", "BestEffortFIFO")),
+        preemption=s.Preemption(
+            s.PreemptionPolicy(preemption.get("within_cluster_queue", "Never")),
+            s.PreemptionPolicy(preemption.get("reclaim_within_cohort", "Never")),
+            s.PreemptionPolicy(preemption.get("borrow_within_cohort", "Never")),
+            preemption.get("max_priority_threshold"),
+        ),
+        flavor_fungibility=s.FlavorFungibility(
+            s.FungibilityPolicy(fungibility.get("when_can_borrow", "MayStopSearch")),
+            s.FungibilityPolicy(fungibility.get("when_can_preempt", "TryNextFlavor")),
+        ),
+        admission_checks=checks,
+        # A ClusterQueue naming an AdmissionCheck that does not exist is inactive in Kueue.
+        active=spec.get("stop_policy", "None") == "None" and set(checks) <= known_checks,
+    )
+
+
+def resource_flavor(row: ResourceFlavor) -> s.ResourceFlavor:
+    spec = row.spec
+    return s.ResourceFlavor(
+        name=row.name,
+        node_labels=spec.get("node_labels") or {},
+        node_taints=tuple(taint(t) for t in spec.get("node_taints") or ()),
+        tolerations=tuple(toleration(t) for t in spec.get("tolerations") or ()),
+        topology_name=spec.get("topology_name"),
+    )
+
+
+def workload(row: Workload, cq_by_queue: Mapping[tuple[str, str], str]) -> s.Workload:
+    return s.Workload(
+        key=workload_key(row),
+        cluster_queue=cq_by_queue.get((row.namespace, row.queue_name)),
+        priority=row.priority,
+        created=row.queued_at.timestamp(),
+        pod_sets=pod_sets(row.pod_sets),
+        admission=admission(row.admission),
+        quota_reserved_at=row.quota_reserved_at.timestamp() if row.quota_reserved_at else None,
+        evicting=row.evicting,
+        preempting=row.preempting,
+        parked=row.parked,
+    )
+
+
+def load(cluster: Cluster) -> ClusterSnapshot:
+    """Queues, flavors, cohorts and every active workload of a cluster: six queries."""
+    from workloads.models import AdmissionCheck
+
+    known_checks = set(AdmissionCheck.objects.filter(cluster=cluster).values_list("name", flat=True))
+    cqs = {
+        row.name: cluster_queue(row, known_checks)
+        for row in ClusterQueue.objects.filter(cluster=cluster)
+    }
+    cohorts = {
+        row.name: s.Cohort(
+            row.name, row.parent_name or None, _groups(row.spec.get("resource_groups") or ())
+        )
+        for row in Cohort.objects.filter(cluster=cluster)
+    }
+    flavors = {row.name: resource_flavor(row) for row in ResourceFlavor.objects.filter(cluster=cluster)}
+    cq_by_queue = {
+        (ns, name): cq
+        for ns, name, cq in LocalQueue.objects.filter(cluster=cluster).values_list(
+            "namespace", "name", "cluster_queue_name"
+        )
+    }
+    rows = {
+        workload_key(row): row
+        for row in Workload.objects.filter(cluster=cluster, phase__in=Workload.ACTIVE_PHASES)
+    }
+    snapshot = s.Snapshot(
+        cluster_queues=cqs,
+        cohorts=cohorts,
+        flavors=flavors,
+        workloads=tuple(workload(row, cq_by_queue) for row in rows.values()),
+    )
+    return ClusterSnapshot(snapshot, rows)
+
+
+def node(row: Node) -> s.Node:
+    return s.Node(
+        name=row.name,
+        labels=row.labels,
+        taints=tuple(taint(t) for t in row.taints),
+        allocatable=row.allocatable,
+        ready=row.ready,
+    )

@@ -1,0 +1,145 @@
+"""What users see of objects and queues: the fields of FORMAT.md's expectations."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from clusters.models import Cluster
+from workloads.models import Checkpoint, ClusterQueue, KubeObject, LocalQueue, Pod, Workload
+from workloads.quantities import format_quantity
+
+WORKLOAD_KINDS = ("Job", "JobSet", "Deployment", "LeaderWorkerSet")
+TRAINING_KINDS = ("Job", "JobSet")
+# Pending reasons that mean no quota or flavor can ever fit the workload.
+INADMISSIBLE_REASONS = ("ExceedsMaxQuota", "NoMatchingFlavor")
+
+
+def object_phase(obj: KubeObject, rows: list[Workload]) -> str:
+    active = [w for w in rows if w.phase in Workload.ACTIVE_PHASES]
+    if any(w.phase == Workload.Phase.ADMITTED for w in active):
+        return "Admitted"
+    if not active and rows:
+        return "Failed" if any(w.phase == Workload.Phase.FAILED for w in rows) else "Finished"
+    if any(w.pending_reason in INADMISSIBLE_REASONS for w in active):
+        return "Inadmissible"
+    if obj.preemptions or any(w.admissions for w in active):
+        return "Suspended"
+    return "Pending"
+
+
+def object_status(obj: KubeObject) -> dict[str, Any]:
+    rows = list(obj.workloads.all())
+    pods = list(obj.pods.select_related("node__node_pool"))
+    admitted = [w for w in rows if w.phase == Workload.Phase.ADMITTED]
+    status: dict[str, Any] = {
+        "phase": object_phase(obj, rows) if rows or obj.kind in TRAINING_KINDS else "Unmanaged",
+        "admitted": len(admitted),
+        "pending": sum(w.phase == Workload.Phase.PENDING for w in rows),
+        "running": sum(p.ready and p.node_id is not None and p.phase == Pod.Phase.RUNNING
+                       for p in pods),
+        "preemptions": obj.preemptions,
+        "pools": sorted({p.node.node_pool.name for p in pods if p.node is not None}),
+        "slices": 0,
+    }
+    flavors = {f for w in admitted for p in w.admission["pod_sets"] for f in p["flavors"].values()}
+    if len(flavors) == 1:
+        status["flavor"] = flavors.pop()
+    if obj.kind in TRAINING_KINDS:
+        latest = Checkpoint.objects.filter(owner=obj).order_by("-step").first()
+        status["checkpointStep"] = latest.step if latest else 0
+        resumed = [w.resumed_from_step for w in admitted if w.resumed_from_step is not None]
+        if resumed:
+            status["resumedFromStep"] = resumed[0]
+    return status
+
+
+def cluster_queue_status(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    lq_target = dict(
+        ((ns, name), cq)
+        for ns, name, cq in LocalQueue.objects.filter(cluster=cluster).values_list(
+            "namespace", "name", "cluster_queue_name"
+        )
+    )
+    usage: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    lq_counts: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for row in Workload.objects.filter(cluster=cluster, phase__in=Workload.ACTIVE_PHASES):
+        lq = (row.namespace, row.queue_name)
+        if row.phase == Workload.Phase.PENDING:
+            target = lq_target.get(lq)
+            if target:
+                counts[target]["pending"] += 1
+            lq_counts[lq]["pending"] += 1
+            continue
+        cq = row.admission["cluster_queue"]
+        by_name = {p["name"]: p for p in row.pod_sets}
+        for assignment in row.admission["pod_sets"]:
+            requests = by_name[assignment["name"]]["requests"]
+            for resource, flavor in assignment["flavors"].items():
+                usage[cq][(flavor, resource)] += requests.get(resource, 0) * assignment["count"]
+        if row.phase == Workload.Phase.ADMITTED:
+            counts[cq]["admitted"] += 1
+            lq_counts[lq]["admitted"] += 1
+    result = {}
+    for cq in ClusterQueue.objects.filter(cluster=cluster):
+        result[cq.key] = _cq_fields(cq, usage[cq.name], counts[cq.name])
+    for lq in LocalQueue.objects.filter(cluster=cluster):
+        c = lq_counts[(lq.namespace, lq.name)]
+        result[lq.key] = {"pendingWorkloads": c["pending"], "admittedWorkloads": c["admitted"]}
+    return result
+
+
+def _cq_fields(
+    cq: ClusterQueue, usage: dict[tuple[str, str], int], counts: dict[str, int]
+) -> dict[str, Any]:
+    total: dict[str, int] = defaultdict(int)
+    borrowed: dict[str, int] = defaultdict(int)
+    for group in cq.spec.get("resource_groups") or ():
+        for flavor in group["flavors"]:
+            for quota in flavor["resources"]:
+                used = usage.get((flavor["name"], quota["name"]), 0)
+                total[quota["name"]] += used
+                borrowed[quota["name"]] += max(0, used - quota["nominal_quota"])
+    return {
+        "usage": {r: format_quantity(r, v) for r, v in sorted(total.items())},
+        "borrowed": {r: format_quantity(r, v) for r, v in sorted(borrowed.items())},
+        "pendingWorkloads": counts["pending"],
+        "admittedWorkloads": counts["admitted"],
+    }
+
+
+def cluster_status(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """Every workload owner and every queue of a cluster, keyed as scenarios name them."""
+    objects = KubeObject.objects.filter(cluster=cluster, kind__in=WORKLOAD_KINDS)
+    result = {obj.key: object_status(obj) for obj in objects}
+    result.update(cluster_queue_status(cluster))
+    return result
+
+
+def queue_rows(cluster: Cluster) -> list[dict[str, Any]]:
+    """Per ClusterQueue, flavor and resource: nominal quota and current usage, for the page."""
+    fields = cluster_queue_status(cluster)
+    rows = []
+    for cq in ClusterQueue.objects.filter(cluster=cluster):
+        state = fields[cq.key]
+        quotas = [
+            {
+                "flavor": flavor["name"],
+                "resource": quota["name"],
+                "nominal": format_quantity(quota["name"], quota["nominal_quota"]),
+                "percent": _percent(state["usage"].get(quota["name"], "0"), quota),
+            }
+            for group in cq.spec.get("resource_groups") or ()
+            for flavor in group["flavors"]
+            for quota in flavor["resources"]
+        ]
+        rows.append({"queue": cq, "state": state, "quotas": quotas})
+    return rows
+
+
+def _percent(used: str, quota: dict[str, Any]) -> int:
+    from workloads.quantities import parse_quantity
+
+    nominal = quota["nominal_quota"]
+    return min(100, round(100 * parse_quantity(used, field="usage") / nominal)) if nominal else 0
