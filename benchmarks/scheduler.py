@@ -40,14 +40,22 @@ def cluster_queues() -> dict[str, s.ClusterQueue]:
     return queues
 
 
-def workload(key: str, cq: str, priority: int, created: float, cpus: int,
-             admitted: bool = False) -> s.Workload:
+def workload(
+    key: str, cq: str, priority: int, created: float, cpus: int, admitted: bool = False
+) -> s.Workload:
     pod_sets = (s.PodSet("main", 1, {"cpu": cpus * CPU}),)
     admission = (
         s.Admission(cq, (s.PodSetAssignment("main", {"cpu": "default"}, 1),)) if admitted else None
     )
-    return s.Workload(key, cq, priority, created, pod_sets, admission=admission,
-                      quota_reserved_at=created if admitted else None)
+    return s.Workload(
+        key,
+        cq,
+        priority,
+        created,
+        pod_sets,
+        admission=admission,
+        quota_reserved_at=created if admitted else None,
+    )
 
 
 def run(label: str, workloads: tuple[s.Workload, ...], queues: dict[str, s.ClusterQueue]) -> None:
@@ -68,8 +76,13 @@ def main() -> None:
     queues = cluster_queues()
     names = sorted(queues)
     pending = tuple(
-        workload(f"w{i}", rng.choice(names), rng.choice((50, 100, 200)), float(i),
-                 rng.choice((1, 2, 5, 20)))
+        workload(
+            f"w{i}",
+            rng.choice(names),
+            rng.choice((50, 100, 200)),
+            float(i),
+            rng.choice((1, 2, 5, 20)),
+        )
         for i in range(PENDING)
     )
     print(f"scheduler: {PENDING} pending workloads, {len(queues)} ClusterQueues, {COHORTS} cohorts")

@@ -41,7 +41,9 @@ def _pool_spec(pool: NodePool) -> NodePoolSpec:
     )
 
 
-def create_cluster(*, name: str, provider: str = "sim", project: str = "", location: str = "us-central1") -> Cluster:
+def create_cluster(
+    *, name: str, provider: str = "sim", project: str = "", location: str = "us-central1"
+) -> Cluster:
     """Record the cluster; a task (enqueued on commit) creates it at the provider."""
     from clusters import tasks
 
@@ -50,7 +52,10 @@ def create_cluster(*, name: str, provider: str = "sim", project: str = "", locat
             name=name, provider=provider, project=project, location=location
         )
         record_event(
-            "cluster.creating", at=timezone.now(), cluster=name, object_key=f"Cluster/{name}",
+            "cluster.creating",
+            at=timezone.now(),
+            cluster=name,
+            object_key=f"Cluster/{name}",
             message=f"creating cluster {name} ({provider})",
         )
         transaction.on_commit(lambda: tasks.reconcile_cluster.delay(cluster.pk))
@@ -72,11 +77,17 @@ def create_node_pool(
     catalog.validate_pool(machine_type, node_count, tpu_topology or None)
     with transaction.atomic():
         pool = NodePool.objects.create(
-            cluster=cluster, name=name, machine_type=machine_type, node_count=node_count,
-            tpu_topology=tpu_topology, block=block,
+            cluster=cluster,
+            name=name,
+            machine_type=machine_type,
+            node_count=node_count,
+            tpu_topology=tpu_topology,
+            block=block,
         )
         record_event(
-            "node_pool.creating", at=timezone.now(), cluster=cluster.name,
+            "node_pool.creating",
+            at=timezone.now(),
+            cluster=cluster.name,
             object_key=f"NodePool/{cluster.name}/{name}",
             message=f"creating node pool {name}: {node_count} x {machine_type}",
         )
@@ -109,8 +120,11 @@ def reconcile_cluster(cluster_id: int) -> Progress:
             status=Cluster.Status.RUNNING
         ):
             record_event(
-                "cluster.created", at=timezone.now(), cluster=cluster.name,
-                object_key=f"Cluster/{cluster.name}", message=f"cluster {cluster.name} is running",
+                "cluster.created",
+                at=timezone.now(),
+                cluster=cluster.name,
+                object_key=f"Cluster/{cluster.name}",
+                message=f"cluster {cluster.name} is running",
             )
     return Progress(done=True)
 
@@ -121,8 +135,11 @@ def _fail_cluster(cluster: Cluster, message: str) -> None:
             status=Cluster.Status.ERROR, status_message=message
         )
         record_event(
-            "cluster.failed", at=timezone.now(), cluster=cluster.name,
-            object_key=f"Cluster/{cluster.name}", message=message,
+            "cluster.failed",
+            at=timezone.now(),
+            cluster=cluster.name,
+            object_key=f"Cluster/{cluster.name}",
+            message=message,
         )
 
 
@@ -172,7 +189,9 @@ def _create_nodes(
             for t in templates
         )
         record_event(
-            "node_pool.created", at=at or timezone.now(), cluster=pool.cluster.name,
+            "node_pool.created",
+            at=at or timezone.now(),
+            cluster=pool.cluster.name,
             object_key=f"NodePool/{pool.cluster.name}/{pool.name}",
             message=f"node pool {pool.name} is running with {len(templates)} nodes",
             nodes=len(templates),
@@ -185,20 +204,34 @@ def _fail_node_pool(pool: NodePool, message: str) -> None:
             status=NodePool.Status.ERROR, status_message=message
         )
         record_event(
-            "node_pool.failed", at=timezone.now(), cluster=pool.cluster.name,
-            object_key=f"NodePool/{pool.cluster.name}/{pool.name}", message=message,
+            "node_pool.failed",
+            at=timezone.now(),
+            cluster=pool.cluster.name,
+            object_key=f"NodePool/{pool.cluster.name}/{pool.name}",
+            message=message,
         )
 
 
 def provision_now(
-    cluster: Cluster, *, name: str, machine_type: str, node_count: int,
-    tpu_topology: str = "", block: str = "", at: datetime | None = None,
+    cluster: Cluster,
+    *,
+    name: str,
+    machine_type: str,
+    node_count: int,
+    tpu_topology: str = "",
+    block: str = "",
+    at: datetime | None = None,
 ) -> NodePool:
     """Create a node pool and its nodes at once (scenarios and demo data, sim provider)."""
     catalog.validate_pool(machine_type, node_count, tpu_topology or None)
     pool = NodePool.objects.create(
-        cluster=cluster, name=name, machine_type=machine_type, node_count=node_count,
-        tpu_topology=tpu_topology, block=block, operation_id="immediate",
+        cluster=cluster,
+        name=name,
+        machine_type=machine_type,
+        node_count=node_count,
+        tpu_topology=tpu_topology,
+        block=block,
+        operation_id="immediate",
     )
     templates = get_provider(Cluster.Provider.SIM).list_nodes(_pool_spec(pool))
     _create_nodes(pool, templates, at)

@@ -16,10 +16,29 @@ def main() -> int:
     python = sys.executable
     commands = {
         "web": [python, "-m", "daphne", "-b", HOST, "-p", PORT, "controlplane.asgi:application"],
-        "worker": [python, "-m", "celery", "-A", "controlplane", "worker", "--pool=solo",
-                   "--loglevel=WARNING", "--without-gossip", "--without-mingle"],
-        "beat": [python, "-m", "celery", "-A", "controlplane", "beat", "--loglevel=WARNING",
-                 "--schedule", os.path.join("var", "celerybeat-schedule")],
+        "worker": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "controlplane",
+            "worker",
+            "--pool=solo",
+            "--loglevel=WARNING",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        "beat": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "controlplane",
+            "beat",
+            "--loglevel=WARNING",
+            "--schedule",
+            os.path.join("var", "celerybeat-schedule"),
+        ],
     }
     processes = {name: subprocess.Popen(cmd) for name, cmd in commands.items()}
     print(f"Accelplane is serving http://{HOST}:{PORT}/ (Ctrl-C stops web, worker and beat)")  # noqa: T201

@@ -98,7 +98,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "accelplane.sqlite3",
+            "NAME": str(VAR_DIR / "accelplane.sqlite3"),
             # Writers queue behind the database lock instead of failing at once.
             "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
         }

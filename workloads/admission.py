@@ -10,8 +10,8 @@ from django.db.models import F
 
 import scheduler
 from clusters.models import Cluster
-from events.services import record_event
 from workloads import pods
+from workloads.history import workload_event
 from workloads.models import Checkpoint, ClusterQueue, KubeObject, Workload
 from workloads.snapshot import ClusterSnapshot, admission_json, load
 
@@ -69,11 +69,13 @@ def _admit(
     row.parked = row.preempting = False
     row.pending_reason = row.pending_message = ""
     row.admissions += 1
-    common = {"at": now, "cluster": cluster.name, "namespace": row.namespace,
-              "object_key": owner.key, "workload": row.name}
     flavor = _flavor_text(admit.admission)
-    record_event(
-        "workload.quota_reserved", **common, cluster_queue=cq, flavor=flavor,
+    workload_event(
+        "workload.quota_reserved",
+        row,
+        now,
+        cluster_queue=cq,
+        flavor=flavor,
         borrowing=admit.borrowing,
         message=f"quota reserved in ClusterQueue {cq} with flavor {flavor}",
     )
@@ -92,13 +94,13 @@ def mark_admitted(row: Workload, now: datetime, message: str) -> None:
     row.phase = Workload.Phase.ADMITTED
     row.admitted_at = now
     row.save()
-    common = {"at": now, "cluster": row.cluster.name, "namespace": row.namespace,
-              "object_key": row.owner.key, "workload": row.name}
-    record_event("workload.admitted", **common, message=message,
-                 cluster_queue=row.cluster_queue_name)
+    workload_event("workload.admitted", row, now, message, cluster_queue=row.cluster_queue_name)
     if row.resumed_from_step is not None:
-        record_event(
-            "workload.resumed", **common, step=row.resumed_from_step,
+        workload_event(
+            "workload.resumed",
+            row,
+            now,
+            step=row.resumed_from_step,
             message=f"resumed from checkpoint at step {row.resumed_from_step}",
         )
     pods.start(row, now)
@@ -117,10 +119,13 @@ def _preempt(
         row.preemptions += 1
         row.save(update_fields=["evicting", "eviction_reason", "preemptions"])
         KubeObject.objects.filter(pk=row.owner_id).update(preemptions=F("preemptions") + 1)
-        record_event(
-            "workload.preempted", at=now, cluster=cluster.name, namespace=row.namespace,
-            object_key=row.owner.key, workload=row.name, reason=victim.reason.value,
-            preemptor=preemptor.name, preemptor_object=preemptor.owner.key,
+        workload_event(
+            "workload.preempted",
+            row,
+            now,
+            reason=victim.reason.value,
+            preemptor=preemptor.name,
+            preemptor_object=preemptor.owner.key,
             message=(
                 f"preempted by {preemptor.owner.key} (workload {preemptor.name}, "
                 f"priority {preemptor.priority}): {victim.reason.value}"
@@ -131,7 +136,9 @@ def _preempt(
 def _mark_pending(row: Workload, pending: scheduler.Pending) -> None:
     reason = pending.reason.value
     if (row.pending_reason, row.pending_message, row.parked) == (
-        reason, pending.message, pending.parked
+        reason,
+        pending.message,
+        pending.parked,
     ):
         return
     row.pending_reason, row.pending_message, row.parked = reason, pending.message, pending.parked

@@ -6,6 +6,8 @@ as it was applied; the columns duplicate what queries filter on.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 from clusters.models import Cluster, Node
@@ -34,7 +36,7 @@ class QueueObject(models.Model):
         return f"{self.KIND}/{self.name}"
 
 
-def _unique(model: str, *fields: str) -> list[models.UniqueConstraint]:
+def _unique(model: str, *fields: str) -> list[models.BaseConstraint]:
     return [models.UniqueConstraint(fields=["cluster", *fields], name=f"unique_{model}")]
 
 
@@ -209,6 +211,11 @@ class Workload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def assignments(self) -> list[dict[str, Any]]:
+        """PodSet assignments (name, flavors, count) of the admission; empty while pending."""
+        return list((self.admission or {}).get("pod_sets", []))
 
 
 class Pod(models.Model):

@@ -23,7 +23,9 @@ def is_pod_owned(owner: KubeObject) -> bool:
     return owner.kind == "Deployment"
 
 
-def scheduling(pod_set: Mapping[str, Any], flavors: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+def scheduling(
+    pod_set: Mapping[str, Any], flavors: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     """The pod's scheduling fields once Kueue has injected its flavors' labels and tolerations."""
     node_selector = dict(pod_set.get("node_selector") or {})
     tolerations = list(pod_set.get("tolerations") or ())
@@ -42,7 +44,9 @@ def pod_names(
     owner: KubeObject, pod_set: str, count: int, replica: int, created: float = 0.0
 ) -> list[str]:
     if owner.kind == "Job":
-        return [f"{owner.name}-{i}-{short_hash(owner.pk, owner.generation, i)}" for i in range(count)]
+        return [
+            f"{owner.name}-{i}-{short_hash(owner.pk, owner.generation, i)}" for i in range(count)
+        ]
     if owner.kind == "JobSet":
         return [
             f"{owner.name}-{pod_set}-{i}-{short_hash(owner.pk, pod_set, i)}" for i in range(count)
@@ -51,8 +55,11 @@ def pod_names(
         if pod_set == "leader":
             return [f"{owner.name}-{replica}"]
         return [f"{owner.name}-{replica}-{i + 1}" for i in range(count)]
-    return [f"{owner.name}-{short_hash(owner.pk, owner.generation, 'rs', length=10)}-"
-            f"{short_hash(owner.pk, replica, i, created)}" for i in range(count)]
+    return [
+        f"{owner.name}-{short_hash(owner.pk, owner.generation, 'rs', length=10)}-"
+        f"{short_hash(owner.pk, replica, i, created)}"
+        for i in range(count)
+    ]
 
 
 def create_gated(row: Workload, now: datetime) -> None:
@@ -72,40 +79,48 @@ def create_gated(row: Workload, now: datetime) -> None:
     )
 
 
-def create_unmanaged(owner: KubeObject, pod_sets: Sequence[Mapping[str, Any]], replicas: int,
-                     now: datetime) -> None:
+def create_unmanaged(
+    owner: KubeObject, pod_sets: Sequence[Mapping[str, Any]], replicas: int, now: datetime
+) -> None:
     """Pods of an object without a queue-name label go straight to kube-scheduler."""
     for replica in range(replicas):
         for pod_set in pod_sets:
             for name in pod_names(owner, pod_set["name"], pod_set["count"], replica):
                 Pod.objects.create(
-                    cluster_id=owner.cluster_id, owner=owner, name=name,
-                    namespace=owner.namespace, pod_set=pod_set["name"], replica_index=replica,
-                    phase=Pod.Phase.PENDING, scheduling=scheduling(pod_set), created_at=now,
+                    cluster_id=owner.cluster_id,
+                    owner=owner,
+                    name=name,
+                    namespace=owner.namespace,
+                    pod_set=pod_set["name"],
+                    replica_index=replica,
+                    phase=Pod.Phase.PENDING,
+                    scheduling=scheduling(pod_set),
+                    created_at=now,
                 )
 
 
 def _flavors_of(row: Workload) -> dict[str, list[dict[str, Any]]]:
     """Per PodSet, the specs of the ResourceFlavors it was admitted with."""
-    assert row.admission is not None
-    names = {f for p in row.admission["pod_sets"] for f in p["flavors"].values()}
+    names = {f for p in row.assignments for f in p["flavors"].values()}
     specs = {
-        f.name: f.spec for f in ResourceFlavor.objects.filter(cluster_id=row.cluster_id, name__in=names)
+        f.name: f.spec
+        for f in ResourceFlavor.objects.filter(cluster_id=row.cluster_id, name__in=names)
     }
     return {
         p["name"]: [specs[f] for f in sorted(set(p["flavors"].values())) if f in specs]
-        for p in row.admission["pod_sets"]
+        for p in row.assignments
     }
 
 
 def start(row: Workload, now: datetime) -> None:
     """Admitted: ungate the pod (Deployment) or unsuspend the job (create its pods)."""
     flavors = _flavors_of(row)
-    counts = {p["name"]: p["count"] for p in row.admission["pod_sets"]} if row.admission else {}
+    counts = {p["name"]: p["count"] for p in row.assignments}
     if is_pod_owned(row.owner):
         pod_set = row.pod_sets[0]
         Pod.objects.filter(workload=row).update(
-            phase=Pod.Phase.PENDING, scheduling=scheduling(pod_set, flavors.get(pod_set["name"], []))
+            phase=Pod.Phase.PENDING,
+            scheduling=scheduling(pod_set, flavors.get(pod_set["name"], [])),
         )
         return
     for pod_set in row.pod_sets:
@@ -113,9 +128,15 @@ def start(row: Workload, now: datetime) -> None:
         spec = scheduling(pod_set, flavors.get(pod_set["name"], []))
         Pod.objects.bulk_create(
             Pod(
-                cluster_id=row.cluster_id, owner=row.owner, workload=row, name=name,
-                namespace=row.namespace, pod_set=pod_set["name"],
-                replica_index=row.replica_index, phase=Pod.Phase.PENDING, scheduling=spec,
+                cluster_id=row.cluster_id,
+                owner=row.owner,
+                workload=row,
+                name=name,
+                namespace=row.namespace,
+                pod_set=pod_set["name"],
+                replica_index=row.replica_index,
+                phase=Pod.Phase.PENDING,
+                scheduling=spec,
                 created_at=now,
             )
             for name in pod_names(row.owner, pod_set["name"], count, row.replica_index)
@@ -126,7 +147,11 @@ def stop(row: Workload) -> None:
     """Evicted: the job is suspended (pods deleted); a Deployment's pod is recreated gated."""
     if is_pod_owned(row.owner):
         Pod.objects.filter(workload=row).update(
-            phase=Pod.Phase.SCHEDULING_GATED, node=None, bound_at=None, ready_at=None, ready=False,
+            phase=Pod.Phase.SCHEDULING_GATED,
+            node=None,
+            bound_at=None,
+            ready_at=None,
+            ready=False,
             scheduling=scheduling(row.pod_sets[0]),
         )
         return

@@ -15,8 +15,8 @@ from django.db import transaction
 
 import scheduler
 from clusters.models import Cluster, Node
-from events.services import record_event
 from workloads import admission, pods
+from workloads.history import workload_event
 from workloads.models import Checkpoint, Pod, Workload
 from workloads.snapshot import affinity, node, toleration
 
@@ -49,7 +49,8 @@ def _step(cluster: Cluster, now: datetime) -> bool:
 
 
 def _sim(row: Workload) -> dict[str, Any]:
-    return row.owner.simulation
+    simulation: dict[str, Any] = row.owner.simulation
+    return simulation
 
 
 def current_step(row: Workload, now: datetime) -> int:
@@ -82,16 +83,19 @@ def stop_evicted(cluster: Cluster, now: datetime) -> bool:
         if pods.is_pod_owned(row.owner):
             row.queued_at = now  # a recreated pod is a new workload in Kueue's queue order
         row.save()
-        record_event(
-            "workload.evicted", at=now, cluster=cluster.name, namespace=row.namespace,
-            object_key=row.owner.key, workload=row.name, reason=row.eviction_reason,
+        workload_event(
+            "workload.evicted",
+            row,
+            now,
+            reason=row.eviction_reason,
             steps_lost=lost,
             message=f"evicted ({row.eviction_reason}), quota released; "
             f"{lost} training steps lost since the last checkpoint",
         )
-        record_event(
-            "workload.requeued", at=now, cluster=cluster.name, namespace=row.namespace,
-            object_key=row.owner.key, workload=row.name,
+        workload_event(
+            "workload.requeued",
+            row,
+            now,
             message=f"requeued in LocalQueue {row.queue_name}",
         )
     if rows:
@@ -107,8 +111,9 @@ def unpark(cluster: Cluster) -> None:
 def _promote_checked(cluster: Cluster, now: datetime) -> bool:
     """Admission checks: the simulated controllers mark them Ready at once."""
     rows = list(
-        Workload.objects.filter(cluster=cluster, phase=Workload.Phase.QUOTA_RESERVED)
-        .select_related("owner", "cluster")
+        Workload.objects.filter(
+            cluster=cluster, phase=Workload.Phase.QUOTA_RESERVED
+        ).select_related("owner", "cluster")
     )
     for row in rows:
         cq = row.cluster_queue_name
@@ -132,9 +137,7 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
         for resource, amount in pod.scheduling["requests"].items():
             node_used[resource] = node_used.get(resource, 0) + amount
         node_used["pods"] = node_used.get("pods", 0) + 1000
-    bindings = scheduler.place(
-        [node(n) for n in nodes.values()], used, [_pod(p) for p in waiting]
-    )
+    bindings = scheduler.place([node(n) for n in nodes.values()], used, [_pod(p) for p in waiting])
     bound = False
     for pod in waiting:
         target = bindings.get(pod.name)
@@ -191,11 +194,10 @@ def _progress_training(cluster: Cluster, now: datetime) -> bool:
 
 def _start_training(row: Workload) -> bool:
     """Steps start once every pod of the job is ready."""
-    pod_states = list(row.pods.values_list("ready", "ready_at"))
-    expected = sum(p["count"] for p in (row.admission or {}).get("pod_sets", []))
-    if len(pod_states) < expected or not all(ready for ready, _ in pod_states):
+    ready_at = [at for ready, at in row.pods.values_list("ready", "ready_at") if ready and at]
+    if len(ready_at) < sum(p["count"] for p in row.assignments) or len(ready_at) < row.pods.count():
         return False
-    row.training_started_at = max(at for _, at in pod_states)
+    row.training_started_at = max(ready_at)
     row.save(update_fields=["training_started_at"])
     return True
 
@@ -220,11 +222,15 @@ def _checkpoint(row: Workload, now: datetime) -> bool:
 
 def record_checkpoint(row: Workload, step: int, at: datetime, path: str) -> Checkpoint:
     path = path or f"checkpoint-{step}"
-    checkpoint = Checkpoint.objects.create(owner=row.owner, workload=row, step=step, path=path,
-                                           saved_at=at)
-    record_event(
-        "checkpoint.saved", at=at, cluster=row.cluster.name, namespace=row.namespace,
-        object_key=row.owner.key, workload=row.name, step=step, path=path,
+    checkpoint = Checkpoint.objects.create(
+        owner=row.owner, workload=row, step=step, path=path, saved_at=at
+    )
+    workload_event(
+        "checkpoint.saved",
+        row,
+        at,
+        step=step,
+        path=path,
         message=f"checkpoint saved at step {step} ({path})",
     )
     return checkpoint
@@ -236,22 +242,28 @@ def finish(row: Workload, at: datetime, phase: str) -> None:
     row.finished_at = at
     row.evicting = False
     row.save(update_fields=["phase", "finished_at", "evicting"])
-    pods.complete(row, Pod.Phase.SUCCEEDED if phase == Workload.Phase.FINISHED else Pod.Phase.FAILED)
+    pods.complete(
+        row, Pod.Phase.SUCCEEDED if phase == Workload.Phase.FINISHED else Pod.Phase.FAILED
+    )
     kind = "workload.finished" if phase == Workload.Phase.FINISHED else "workload.failed"
-    record_event(
-        kind, at=at, cluster=row.cluster.name, namespace=row.namespace, object_key=row.owner.key,
-        workload=row.name, message=f"{row.owner.key} {phase.lower()}",
+    workload_event(
+        kind,
+        row,
+        at,
+        message=f"{row.owner.key} {phase.lower()}",
     )
     unpark(row.cluster)
 
 
 def next_event_at(cluster: Cluster) -> datetime | None:
     """When the simulated world next changes by itself."""
-    times = list(
-        Pod.objects.filter(
-            cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=False, ready_at__isnull=False
+    times = [
+        at
+        for at in Pod.objects.filter(
+            cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=False
         ).values_list("ready_at", flat=True)
-    )
+        if at is not None
+    ]
     for row in _training_rows(cluster):
         if row.training_started_at is None:
             continue

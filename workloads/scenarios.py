@@ -49,7 +49,12 @@ class Report:
         return all(not s.get("failures") for s in self.steps)
 
     def as_json(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "ok": self.ok, "steps": self.steps, "events": self.events}
+        return {
+            "scenario": self.scenario,
+            "ok": self.ok,
+            "steps": self.steps,
+            "events": self.events,
+        }
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -130,13 +135,15 @@ class _Runner:
                 else:
                     self._do(action, step)
                 if step.get("expectRejected"):
-                    failures.append({"object": "", "field": "rejected",
-                                     "expected": True, "actual": False})
+                    failures.append(
+                        {"object": "", "field": "rejected", "expected": True, "actual": False}
+                    )
             except StepError as error:
                 entry["error"] = str(error)
                 if not step.get("expectRejected"):
-                    failures.append({"object": "", "field": "error", "expected": None,
-                                     "actual": str(error)})
+                    failures.append(
+                        {"object": "", "field": "error", "expected": None, "actual": str(error)}
+                    )
             entry["at"] = _iso(self.now)
             entry["objects"] = status.cluster_status(self.cluster)
             entry["failures"] = failures
@@ -148,8 +155,12 @@ class _Runner:
             "scale": self._scale,
             "delete": lambda v: self._with_object(v, lambda o: services.delete(o, self.now)),
             "advance": self._advance,
-            "finish": lambda v: self._with_object(v, lambda o: services.end(o, self.now, failed=False)),
-            "fail": lambda v: self._with_object(v, lambda o: services.end(o, self.now, failed=True)),
+            "finish": lambda v: self._with_object(
+                v, lambda o: services.end(o, self.now, failed=False)
+            ),
+            "fail": lambda v: self._with_object(
+                v, lambda o: services.end(o, self.now, failed=True)
+            ),
         }
         try:
             # A savepoint: a refused step changes nothing, the scenario goes on.
@@ -168,7 +179,10 @@ class _Runner:
             except OSError as error:
                 raise StepError(f"{value}: {error.strerror}") from error
         services.apply(
-            self.cluster, text, source=source, now=self.now,
+            self.cluster,
+            text,
+            source=source,
+            now=self.now,
             namespace=step.get("namespace"),
             substitutions={str(k): str(v) for k, v in (step.get("substitute") or {}).items()},
             simulation=self.data.get("simulation") or {},
@@ -204,8 +218,7 @@ class _Runner:
             for name, want in (fields or {}).items():
                 got = actual.get(key, {}).get(name)
                 if not _matches(name, want, got):
-                    failures.append({"object": key, "field": name, "expected": want,
-                                     "actual": got})
+                    failures.append({"object": key, "field": name, "expected": want, "actual": got})
         return failures
 
 

@@ -13,6 +13,7 @@ from clusters.models import Cluster
 from events.services import record_event
 from workloads import manifests, pods, runtime
 from workloads.durations import parse_duration
+from workloads.history import object_event, workload_event
 from workloads.manifests import Document, ManifestError, WorkloadShape
 from workloads.models import (
     QUEUE_MODELS,
@@ -89,9 +90,15 @@ def _apply_one(
         _check_queue(cluster, doc, plan.shape)
     if existing is None:
         obj = KubeObject.objects.create(
-            cluster=cluster, api_version=doc.api_version, kind=doc.kind,
-            namespace=doc.namespace or "", name=doc.name, manifest=doc.body, simulation=sim,
-            created_at=now, updated_at=now,
+            cluster=cluster,
+            api_version=doc.api_version,
+            kind=doc.kind,
+            namespace=doc.namespace or "",
+            name=doc.name,
+            manifest=doc.body,
+            simulation=sim,
+            created_at=now,
+            updated_at=now,
         )
         action = "created"
     else:
@@ -104,9 +111,11 @@ def _apply_one(
         obj.api_version, obj.updated_at = doc.api_version, now
         obj.save()
         action = "configured"
-    record_event(
-        f"object.{action}", at=now, cluster=cluster.name, namespace=obj.namespace,
-        object_key=obj.key, message=f"{obj.key} {action}",
+    object_event(
+        f"object.{action}",
+        obj,
+        now,
+        message=f"{obj.key} {action}",
     )
     if plan.shape is not None:
         _create_workloads(obj, plan.shape, range(plan.shape.replicas), now)
@@ -121,20 +130,26 @@ def _apply_queue_object(
     if model.NAMESPACED:
         lookup["namespace"] = doc.namespace
     columns = _queue_columns(doc.kind, spec)
-    row = model.objects.filter(**lookup).first()
+    row = model._default_manager.filter(**lookup).first()
     if row is not None and row.spec == spec and row.manifest == doc.body:
         return Applied(doc.key, "unchanged")
     if row is None:
-        model.objects.create(**lookup, **columns, spec=spec, manifest=doc.body,
-                             created_at=now, updated_at=now)
+        model._default_manager.create(
+            **lookup, **columns, spec=spec, manifest=doc.body, created_at=now, updated_at=now
+        )
         action = "created"
     else:
-        model.objects.filter(pk=row.pk).update(**columns, spec=spec, manifest=doc.body,
-                                                updated_at=now)
+        model._default_manager.filter(pk=row.pk).update(
+            **columns, spec=spec, manifest=doc.body, updated_at=now
+        )
         action = "configured"
     record_event(
-        f"{doc.kind.lower()}.{action}", at=now, cluster=cluster.name,
-        namespace=doc.namespace or "", object_key=doc.key, message=f"{doc.key} {action}",
+        f"{doc.kind.lower()}.{action}",
+        at=now,
+        cluster=cluster.name,
+        namespace=doc.namespace or "",
+        object_key=doc.key,
+        message=f"{doc.key} {action}",
     )
     # Queue, flavor or cohort changes may make room: Kueue requeues inadmissible workloads.
     runtime.unpark(cluster)
@@ -161,8 +176,11 @@ def _check_queue(cluster: Cluster, doc: Document, shape: WorkloadShape) -> None:
     ).exists():
         raise ManifestError(
             f"LocalQueue {shape.queue_name!r} does not exist in namespace {doc.namespace!r}",
-            source=doc.source, document=doc.index, object=f"{doc.kind} {doc.namespace}/{doc.name}",
-            path="metadata.labels[kueue.x-k8s.io/queue-name]", value=shape.queue_name,
+            source=doc.source,
+            document=doc.index,
+            object=f"{doc.kind} {doc.namespace}/{doc.name}",
+            path="metadata.labels[kueue.x-k8s.io/queue-name]",
+            value=shape.queue_name,
         )
 
 
@@ -174,14 +192,21 @@ def _simulation(
     sim: dict[str, Any] = dict(SIM_DEFAULTS)
     startup_probe = max((p.startup_seconds for p in shape.pod_sets), default=0) if shape else 0
     sim["startup"] = max(SIM_DEFAULTS["startup"], startup_probe)
-    names = {"startup": "startup", "step-time": "step_time", "total-steps": "total_steps",
-             "checkpoint-every": "checkpoint_every"}
+    names = {
+        "startup": "startup",
+        "step-time": "step_time",
+        "total-steps": "total_steps",
+        "checkpoint-every": "checkpoint_every",
+    }
     for annotation, field in names.items():
         if annotation in from_annotations:
             sim[field] = _sim_value(field, from_annotations[annotation], doc, annotation)
     for key, value in override.items():
-        field = {"stepTime": "step_time", "totalSteps": "total_steps",
-                 "checkpointEvery": "checkpoint_every"}.get(key, key)
+        field = {
+            "stepTime": "step_time",
+            "totalSteps": "total_steps",
+            "checkpointEvery": "checkpoint_every",
+        }.get(key, key)
         sim[field] = _sim_value(field, value, doc, key)
     return sim
 
@@ -193,8 +218,12 @@ def _sim_value(field: str, value: Any, doc: Document, name: str) -> float | int:
         return int(value)
     except (TypeError, ValueError):
         raise ManifestError(
-            f"invalid simulation value {value!r}", source=doc.source, document=doc.index,
-            object=doc.key, path=f"simulation.{name}", value=value,
+            f"invalid simulation value {value!r}",
+            source=doc.source,
+            document=doc.index,
+            object=doc.key,
+            path=f"simulation.{name}",
+            value=value,
         ) from None
 
 
@@ -209,16 +238,26 @@ def _only_replicas_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bo
 def _priority(cluster: Cluster, obj: KubeObject, shape: WorkloadShape) -> tuple[int, str]:
     """Kueue's order: WorkloadPriorityClass label, pod PriorityClass, global default, 0."""
     if shape.priority_class:
-        wpc = WorkloadPriorityClass.objects.filter(cluster=cluster, name=shape.priority_class).first()
+        wpc = WorkloadPriorityClass.objects.filter(
+            cluster=cluster, name=shape.priority_class
+        ).first()
         if wpc is None:
-            raise _missing_priority(obj, "metadata.labels[kueue.x-k8s.io/priority-class]",
-                                    shape.priority_class, "WorkloadPriorityClass")
+            raise _missing_priority(
+                obj,
+                "metadata.labels[kueue.x-k8s.io/priority-class]",
+                shape.priority_class,
+                "WorkloadPriorityClass",
+            )
         return wpc.value, wpc.name
     if shape.pod_priority_class:
         pc = PriorityClass.objects.filter(cluster=cluster, name=shape.pod_priority_class).first()
         if pc is None:
-            raise _missing_priority(obj, "spec.template.spec.priorityClassName",
-                                    shape.pod_priority_class, "PriorityClass")
+            raise _missing_priority(
+                obj,
+                "spec.template.spec.priorityClassName",
+                shape.pod_priority_class,
+                "PriorityClass",
+            )
         return pc.value, pc.name
     default = (
         PriorityClass.objects.filter(cluster=cluster, global_default=True).order_by("value").first()
@@ -228,12 +267,18 @@ def _priority(cluster: Cluster, obj: KubeObject, shape: WorkloadShape) -> tuple[
 
 def _missing_priority(obj: KubeObject, path: str, name: str, kind: str) -> ManifestError:
     return ManifestError(
-        f"{kind} {name!r} does not exist", source="request", document=None, object=obj.key,
-        path=path, value=name,
+        f"{kind} {name!r} does not exist",
+        source="request",
+        document=None,
+        object=obj.key,
+        path=path,
+        value=name,
     )
 
 
-def _create_workloads(obj: KubeObject, shape: WorkloadShape, replicas: range, now: datetime) -> None:
+def _create_workloads(
+    obj: KubeObject, shape: WorkloadShape, replicas: range, now: datetime
+) -> None:
     pod_sets = [asdict(p) for p in shape.pod_sets]
     if not shape.queue_name:
         pods.create_unmanaged(obj, pod_sets, len(replicas), now)
@@ -244,16 +289,25 @@ def _create_workloads(obj: KubeObject, shape: WorkloadShape, replicas: range, no
         suffix = pods.short_hash(obj.pk, obj.generation, index, now.timestamp())
         base = f"{obj.name}-{index}" if shape.per_replica else obj.name
         row = Workload.objects.create(
-            cluster=obj.cluster, owner=obj, namespace=obj.namespace,
-            name=f"{WORKLOAD_PREFIX[obj.kind]}-{base}-{suffix}"[:253], replica_index=index,
-            queue_name=shape.queue_name, priority=priority, priority_class_name=priority_class,
-            pod_sets=pod_sets, queued_at=now,
+            cluster=obj.cluster,
+            owner=obj,
+            namespace=obj.namespace,
+            name=f"{WORKLOAD_PREFIX[obj.kind]}-{base}-{suffix}"[:253],
+            replica_index=index,
+            queue_name=shape.queue_name,
+            priority=priority,
+            priority_class_name=priority_class,
+            pod_sets=pod_sets,
+            queued_at=now,
         )
         if pods.is_pod_owned(obj):
             pods.create_gated(row, now)
-        record_event(
-            "workload.submitted", at=now, cluster=obj.cluster.name, namespace=obj.namespace,
-            object_key=obj.key, workload=row.name, queue=shape.queue_name, priority=priority,
+        workload_event(
+            "workload.submitted",
+            row,
+            now,
+            queue=shape.queue_name,
+            priority=priority,
             message=f"workload {row.name} submitted to LocalQueue {shape.queue_name}",
         )
 
@@ -271,8 +325,13 @@ def get_object(cluster: Cluster, kind: str, namespace: str, name: str) -> KubeOb
 def scale(obj: KubeObject, replicas: int, now: datetime) -> None:
     """`kubectl scale` for Deployments and LeaderWorkerSets."""
     doc = Document(
-        source="scale", index=1, api_version=obj.api_version, kind=obj.kind, name=obj.name,
-        namespace=obj.namespace or None, body=obj.manifest,
+        source="scale",
+        index=1,
+        api_version=obj.api_version,
+        kind=obj.kind,
+        name=obj.name,
+        namespace=obj.namespace or None,
+        body=obj.manifest,
     )
     body = manifests.scale(doc, replicas)
     with transaction.atomic():
@@ -282,8 +341,13 @@ def scale(obj: KubeObject, replicas: int, now: datetime) -> None:
 
 def _scale_to(obj: KubeObject, replicas: int, now: datetime, body: dict[str, Any]) -> None:
     doc = Document(
-        source="scale", index=1, api_version=obj.api_version, kind=obj.kind, name=obj.name,
-        namespace=obj.namespace or None, body=body,
+        source="scale",
+        index=1,
+        api_version=obj.api_version,
+        kind=obj.kind,
+        name=obj.name,
+        namespace=obj.namespace or None,
+        body=body,
     )
     shape = manifests.workload_shape(doc)
     assert shape is not None
@@ -299,9 +363,12 @@ def _scale_to(obj: KubeObject, replicas: int, now: datetime, body: dict[str, Any
         for row in sorted(current, key=_scale_down_order)[: before - replicas]:
             _remove(row, now)
         runtime.unpark(obj.cluster)
-    record_event(
-        "workload.scaled", at=now, cluster=obj.cluster.name, namespace=obj.namespace,
-        object_key=obj.key, replicas=replicas, previous=before,
+    object_event(
+        "workload.scaled",
+        obj,
+        now,
+        replicas=replicas,
+        previous=before,
         message=f"{obj.key} scaled from {before} to {replicas} replicas",
     )
 
@@ -319,9 +386,11 @@ def _scale_down_order(row: Workload) -> tuple[int, float]:
 
 
 def _remove(row: Workload, now: datetime) -> None:
-    record_event(
-        "workload.deleted", at=now, cluster=row.cluster.name, namespace=row.namespace,
-        object_key=row.owner.key, workload=row.name, message=f"workload {row.name} deleted",
+    workload_event(
+        "workload.deleted",
+        row,
+        now,
+        message=f"workload {row.name} deleted",
     )
     row.delete()
 
@@ -337,9 +406,11 @@ def delete(obj: KubeObject, now: datetime) -> None:
     cluster = obj.cluster
     with transaction.atomic():
         _remove_workloads(obj, now)
-        record_event(
-            "object.deleted", at=now, cluster=cluster.name, namespace=obj.namespace,
-            object_key=obj.key, message=f"{obj.key} deleted",
+        object_event(
+            "object.deleted",
+            obj,
+            now,
+            message=f"{obj.key} deleted",
         )
         obj.delete()
     runtime.settle(cluster, now)

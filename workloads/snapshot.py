@@ -9,6 +9,7 @@ from typing import Any
 
 import scheduler as s
 from clusters.models import Cluster, Node
+from scheduler.model import NodeSelectorTerm
 from workloads.models import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
 
 
@@ -36,7 +37,7 @@ def taint(data: Mapping[str, Any]) -> s.Taint:
     return s.Taint(data["key"], data.get("value") or "", data.get("effect") or "NoSchedule")
 
 
-def affinity(terms: Iterable[Iterable[Mapping[str, Any]]]) -> tuple[s.NodeSelectorTerm, ...]:
+def affinity(terms: Iterable[Iterable[Mapping[str, Any]]]) -> tuple[NodeSelectorTerm, ...]:
     return tuple(
         tuple(
             s.NodeSelectorRequirement(r["key"], r["operator"], tuple(r.get("values") or ()))
@@ -76,9 +77,7 @@ def admission(data: Mapping[str, Any] | None) -> s.Admission | None:
         return None
     return s.Admission(
         data["cluster_queue"],
-        tuple(
-            s.PodSetAssignment(p["name"], p["flavors"], p["count"]) for p in data["pod_sets"]
-        ),
+        tuple(s.PodSetAssignment(p["name"], p["flavors"], p["count"]) for p in data["pod_sets"]),
     )
 
 
@@ -168,7 +167,9 @@ def load(cluster: Cluster) -> ClusterSnapshot:
     """Queues, flavors, cohorts and every active workload of a cluster: six queries."""
     from workloads.models import AdmissionCheck
 
-    known_checks = set(AdmissionCheck.objects.filter(cluster=cluster).values_list("name", flat=True))
+    known_checks = set(
+        AdmissionCheck.objects.filter(cluster=cluster).values_list("name", flat=True)
+    )
     cqs = {
         row.name: cluster_queue(row, known_checks)
         for row in ClusterQueue.objects.filter(cluster=cluster)
@@ -179,7 +180,9 @@ def load(cluster: Cluster) -> ClusterSnapshot:
         )
         for row in Cohort.objects.filter(cluster=cluster)
     }
-    flavors = {row.name: resource_flavor(row) for row in ResourceFlavor.objects.filter(cluster=cluster)}
+    flavors = {
+        row.name: resource_flavor(row) for row in ResourceFlavor.objects.filter(cluster=cluster)
+    }
     cq_by_queue = {
         (ns, name): cq
         for ns, name, cq in LocalQueue.objects.filter(cluster=cluster).values_list(

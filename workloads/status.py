@@ -36,13 +36,14 @@ def object_status(obj: KubeObject) -> dict[str, Any]:
         "phase": object_phase(obj, rows) if rows or obj.kind in TRAINING_KINDS else "Unmanaged",
         "admitted": len(admitted),
         "pending": sum(w.phase == Workload.Phase.PENDING for w in rows),
-        "running": sum(p.ready and p.node_id is not None and p.phase == Pod.Phase.RUNNING
-                       for p in pods),
+        "running": sum(
+            p.ready and p.node_id is not None and p.phase == Pod.Phase.RUNNING for p in pods
+        ),
         "preemptions": obj.preemptions,
         "pools": sorted({p.node.node_pool.name for p in pods if p.node is not None}),
         "slices": 0,
     }
-    flavors = {f for w in admitted for p in w.admission["pod_sets"] for f in p["flavors"].values()}
+    flavors = {f for w in admitted for p in w.assignments for f in p["flavors"].values()}
     if len(flavors) == 1:
         status["flavor"] = flavors.pop()
     if obj.kind in TRAINING_KINDS:
@@ -55,12 +56,12 @@ def object_status(obj: KubeObject) -> dict[str, Any]:
 
 
 def cluster_queue_status(cluster: Cluster) -> dict[str, dict[str, Any]]:
-    lq_target = dict(
-        ((ns, name), cq)
+    lq_target = {
+        (ns, name): cq
         for ns, name, cq in LocalQueue.objects.filter(cluster=cluster).values_list(
             "namespace", "name", "cluster_queue_name"
         )
-    )
+    }
     usage: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     lq_counts: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -72,21 +73,26 @@ def cluster_queue_status(cluster: Cluster) -> dict[str, dict[str, Any]]:
                 counts[target]["pending"] += 1
             lq_counts[lq]["pending"] += 1
             continue
-        cq = row.admission["cluster_queue"]
+        cq_name = row.cluster_queue_name
         by_name = {p["name"]: p for p in row.pod_sets}
-        for assignment in row.admission["pod_sets"]:
+        for assignment in row.assignments:
             requests = by_name[assignment["name"]]["requests"]
             for resource, flavor in assignment["flavors"].items():
-                usage[cq][(flavor, resource)] += requests.get(resource, 0) * assignment["count"]
+                usage[cq_name][(flavor, resource)] += (
+                    requests.get(resource, 0) * assignment["count"]
+                )
         if row.phase == Workload.Phase.ADMITTED:
-            counts[cq]["admitted"] += 1
+            counts[cq_name]["admitted"] += 1
             lq_counts[lq]["admitted"] += 1
     result = {}
     for cq in ClusterQueue.objects.filter(cluster=cluster):
         result[cq.key] = _cq_fields(cq, usage[cq.name], counts[cq.name])
-    for lq in LocalQueue.objects.filter(cluster=cluster):
-        c = lq_counts[(lq.namespace, lq.name)]
-        result[lq.key] = {"pendingWorkloads": c["pending"], "admittedWorkloads": c["admitted"]}
+    for local_queue in LocalQueue.objects.filter(cluster=cluster):
+        c = lq_counts[(local_queue.namespace, local_queue.name)]
+        result[local_queue.key] = {
+            "pendingWorkloads": c["pending"],
+            "admittedWorkloads": c["admitted"],
+        }
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from io import StringIO
 
@@ -19,10 +20,8 @@ pytestmark = [requires_shared, pytest.mark.django_db(transaction=True)]
 
 def replay_json(*paths):
     out = StringIO()
-    try:
+    with contextlib.suppress(CommandError):
         call_command("replay", *map(str, paths), "--json", stdout=out)
-    except CommandError:
-        pass
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 

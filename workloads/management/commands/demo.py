@@ -31,7 +31,10 @@ class Command(BaseCommand):
             )
             # Provisioned by the Celery worker, so the page shows a live operation.
             cluster_services.create_node_pool(
-                cluster, name="v5e-serving", machine_type="ct5lp-hightpu-8t", node_count=2,
+                cluster,
+                name="v5e-serving",
+                machine_type="ct5lp-hightpu-8t",
+                node_count=2,
                 tpu_topology="2x4",
             )
         now = timezone.now()

@@ -36,8 +36,10 @@ class Command(BaseCommand):
 
     def _print(self, path: Path, report: scenarios.Report) -> None:
         mark = self.style.SUCCESS("PASS") if report.ok else self.style.ERROR("FAIL")
-        self.stdout.write(f"{mark} {report.scenario} ({path}): {len(report.steps)} steps, "
-                          f"{len(report.events)} events")
+        self.stdout.write(
+            f"{mark} {report.scenario} ({path}): {len(report.steps)} steps, "
+            f"{len(report.events)} events"
+        )
         for step in report.steps:
             if step.get("error"):
                 self.stdout.write(f"  step {step['index']} {step['action']}: {step['error']}")
