@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection, transaction
 
 from events.models import Event
@@ -41,7 +42,7 @@ def lock_event_log() -> None:
     # SQLite serialises writers already (BEGIN IMMEDIATE).
 
 
-def record_event(
+def new_event(
     kind: str,
     *,
     at: datetime,
@@ -52,9 +53,8 @@ def record_event(
     workload: str = "",
     **data: Any,
 ) -> Event:
-    """Insert an Event in the caller's transaction and publish it once that commits."""
-    lock_event_log()
-    event = Event.objects.create(
+    """An unsaved Event; `record_events` stores a batch of them."""
+    return Event(
         at=at,
         kind=kind,
         cluster=cluster,
@@ -64,13 +64,26 @@ def record_event(
         message=message,
         data=data,
     )
-    transaction.on_commit(lambda: publish(event))
-    return event
+
+
+def record_events(events: list[Event]) -> list[Event]:
+    """Insert Events in the caller's transaction and publish each once that commits."""
+    if not events:
+        return events
+    lock_event_log()
+    saved = Event.objects.bulk_create(events)
+    for event in saved:
+        transaction.on_commit(partial(publish, event))
+    return saved
+
+
+def record_event(kind: str, *, at: datetime, message: str, **fields: Any) -> Event:
+    return record_events([new_event(kind, at=at, message=message, **fields)])[0]
 
 
 def publish(event: Event) -> None:
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or _nobody_listens(layer):
         return
     try:
         async_to_sync(layer.group_send)(
@@ -78,3 +91,10 @@ def publish(event: Event) -> None:
         )
     except Exception:  # the row is the truth; a browser catches up by sequence number
         logger.exception("could not publish event %s", event.pk)
+
+
+def _nobody_listens(layer: object) -> bool:
+    """The in-process layer can tell that no consumer joined the group: skip the send."""
+    if not isinstance(layer, InMemoryChannelLayer):
+        return False
+    return not layer.groups.get(EVENTS_GROUP)

@@ -6,12 +6,13 @@ from datetime import datetime
 from typing import Any
 
 from events.models import Event
-from events.services import record_event
+from events.services import new_event, record_events
 from workloads.models import KubeObject, Workload
 
 
-def workload_event(kind: str, row: Workload, at: datetime, message: str, **data: Any) -> Event:
-    return record_event(
+def workload_event_row(kind: str, row: Workload, at: datetime, message: str, **data: Any) -> Event:
+    """Unsaved, for `record_events`; the owner must be loaded (select_related) by the caller."""
+    return new_event(
         kind,
         at=at,
         message=message,
@@ -23,8 +24,12 @@ def workload_event(kind: str, row: Workload, at: datetime, message: str, **data:
     )
 
 
+def workload_event(kind: str, row: Workload, at: datetime, message: str, **data: Any) -> Event:
+    return record_events([workload_event_row(kind, row, at, message, **data)])[0]
+
+
 def object_event(kind: str, obj: KubeObject, at: datetime, message: str, **data: Any) -> Event:
-    return record_event(
+    event = new_event(
         kind,
         at=at,
         message=message,
@@ -33,3 +38,4 @@ def object_event(kind: str, obj: KubeObject, at: datetime, message: str, **data:
         object_key=obj.key,
         **data,
     )
+    return record_events([event])[0]

@@ -99,48 +99,44 @@ def create_unmanaged(
                 )
 
 
-def _flavors_of(row: Workload) -> dict[str, list[dict[str, Any]]]:
-    """Per PodSet, the specs of the ResourceFlavors it was admitted with."""
-    names = {f for p in row.assignments for f in p["flavors"].values()}
-    specs = {
-        f.name: f.spec
-        for f in ResourceFlavor.objects.filter(cluster_id=row.cluster_id, name__in=names)
-    }
-    return {
-        p["name"]: [specs[f] for f in sorted(set(p["flavors"].values())) if f in specs]
-        for p in row.assignments
-    }
+def _flavor_specs(rows: Sequence[Workload]) -> dict[str, dict[str, Any]]:
+    names = {f for row in rows for p in row.assignments for f in p["flavors"].values()}
+    if not names:
+        return {}
+    flavors = ResourceFlavor.objects.filter(cluster_id=rows[0].cluster_id, name__in=names)
+    return {f.name: f.spec for f in flavors}
 
 
-def start(row: Workload, now: datetime) -> None:
-    """Admitted: ungate the pod (Deployment) or unsuspend the job (create its pods)."""
-    flavors = _flavors_of(row)
-    counts = {p["name"]: p["count"] for p in row.assignments}
-    if is_pod_owned(row.owner):
-        pod_set = row.pod_sets[0]
-        Pod.objects.filter(workload=row).update(
-            phase=Pod.Phase.PENDING,
-            scheduling=scheduling(pod_set, flavors.get(pod_set["name"], [])),
-        )
-        return
-    for pod_set in row.pod_sets:
-        count = counts.get(pod_set["name"], pod_set["count"])
-        spec = scheduling(pod_set, flavors.get(pod_set["name"], []))
-        Pod.objects.bulk_create(
-            Pod(
-                cluster_id=row.cluster_id,
-                owner=row.owner,
-                workload=row,
-                name=name,
-                namespace=row.namespace,
-                pod_set=pod_set["name"],
-                replica_index=row.replica_index,
-                phase=Pod.Phase.PENDING,
-                scheduling=spec,
-                created_at=now,
-            )
-            for name in pod_names(row.owner, pod_set["name"], count, row.replica_index)
-        )
+def start(rows: Sequence[Workload], now: datetime) -> None:
+    """Admitted: ungate each pod (Deployment) or unsuspend each job (create its pods)."""
+    specs = _flavor_specs(rows)
+    new_pods = []
+    for row in rows:
+        for assignment in row.assignments:
+            pod_set = next(p for p in row.pod_sets if p["name"] == assignment["name"])
+            flavors = [specs[f] for f in sorted(set(assignment["flavors"].values())) if f in specs]
+            spec = scheduling(pod_set, flavors)
+            if is_pod_owned(row.owner):
+                Pod.objects.filter(workload=row).update(phase=Pod.Phase.PENDING, scheduling=spec)
+                continue
+            new_pods += [
+                Pod(
+                    cluster_id=row.cluster_id,
+                    owner=row.owner,
+                    workload=row,
+                    name=name,
+                    namespace=row.namespace,
+                    pod_set=pod_set["name"],
+                    replica_index=row.replica_index,
+                    phase=Pod.Phase.PENDING,
+                    scheduling=spec,
+                    created_at=now,
+                )
+                for name in pod_names(
+                    row.owner, pod_set["name"], assignment["count"], row.replica_index
+                )
+            ]
+    Pod.objects.bulk_create(new_pods)
 
 
 def stop(row: Workload) -> None:

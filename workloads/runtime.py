@@ -8,15 +8,18 @@ nothing changes; `advance(cluster, start, end)` jumps from one future event to t
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Count, F, Max, Q
 
 import scheduler
 from clusters.models import Cluster, Node
+from events.services import record_events
 from workloads import admission, pods
-from workloads.history import workload_event
+from workloads.history import workload_event, workload_event_row
 from workloads.models import Checkpoint, Pod, Workload
 from workloads.snapshot import affinity, node, toleration
 
@@ -115,9 +118,14 @@ def _promote_checked(cluster: Cluster, now: datetime) -> bool:
             cluster=cluster, phase=Workload.Phase.QUOTA_RESERVED
         ).select_related("owner", "cluster")
     )
+    events = []
     for row in rows:
-        cq = row.cluster_queue_name
-        admission.mark_admitted(row, now, f"admitted by ClusterQueue {cq}: admission checks ready")
+        message = f"admitted by ClusterQueue {row.cluster_queue_name}: admission checks ready"
+        events += admission.admitted_events(row, now, message)
+    for row in rows:
+        Workload.objects.filter(pk=row.pk).update(phase=row.phase, admitted_at=row.admitted_at)
+    record_events(events)
+    pods.start(rows, now)
     return bool(rows)
 
 
@@ -170,36 +178,55 @@ def _ready_pods(cluster: Cluster, now: datetime) -> bool:
     )
 
 
-def _training_rows(cluster: Cluster) -> list[Workload]:
-    return list(
+def _training_rows(cluster: Cluster, *, started: bool) -> list[Workload]:
+    """Admitted training workloads, with their latest checkpoint step (`last_checkpoint`)."""
+    rows = (
         Workload.objects.filter(
-            cluster=cluster, phase=Workload.Phase.ADMITTED, owner__kind__in=TRAINING_KINDS
-        ).select_related("owner")
+            cluster=cluster,
+            phase=Workload.Phase.ADMITTED,
+            owner__kind__in=TRAINING_KINDS,
+            training_started_at__isnull=not started,
+        )
+        .select_related("owner", "cluster")
+        .annotate(last_checkpoint=Max("owner__checkpoints__step"))
     )
+    return list(rows)
 
 
 def _progress_training(cluster: Cluster, now: datetime) -> bool:
-    changed = False
-    for row in _training_rows(cluster):
-        if row.training_started_at is None:
-            changed |= _start_training(row)
-            continue
+    changed = _start_training(cluster)
+    done = []
+    for row in _training_rows(cluster, started=True):
         changed |= _checkpoint(row, now)
         sim = _sim(row)
         if sim["total_steps"] and current_step(row, now) >= sim["total_steps"]:
-            finish(row, _time_of_step(row, sim["total_steps"]), Workload.Phase.FINISHED)
-            changed = True
-    return changed
+            done.append(row)
+    for row in done:
+        finish([row], _time_of_step(row, _sim(row)["total_steps"]), Workload.Phase.FINISHED)
+    return changed or bool(done)
 
 
-def _start_training(row: Workload) -> bool:
+def _start_training(cluster: Cluster) -> bool:
     """Steps start once every pod of the job is ready."""
-    ready_at = [at for ready, at in row.pods.values_list("ready", "ready_at") if ready and at]
-    if len(ready_at) < sum(p["count"] for p in row.assignments) or len(ready_at) < row.pods.count():
-        return False
-    row.training_started_at = max(ready_at)
-    row.save(update_fields=["training_started_at"])
-    return True
+    waiting = (
+        Workload.objects.filter(
+            cluster=cluster,
+            phase=Workload.Phase.ADMITTED,
+            owner__kind__in=TRAINING_KINDS,
+            training_started_at__isnull=True,
+        )
+        .annotate(
+            pod_count=Count("pods"),
+            ready_count=Count("pods", filter=Q(pods__ready=True)),
+            last_ready=Max("pods__ready_at"),
+        )
+        .filter(pod_count__gt=0, ready_count=F("pod_count"))
+    )
+    started = False
+    for pk, last_ready in waiting.values_list("pk", "last_ready"):
+        Workload.objects.filter(pk=pk).update(training_started_at=last_ready)
+        started = True
+    return started
 
 
 def _time_of_step(row: Workload, step: int) -> datetime:
@@ -212,7 +239,7 @@ def _checkpoint(row: Workload, now: datetime) -> bool:
     every = _sim(row)["checkpoint_every"]
     if not every:
         return False
-    last = max(latest_checkpoint_step(row), row.start_step)
+    last = max(row.last_checkpoint or 0, row.start_step)
     reached = current_step(row, now)
     steps = range((last // every + 1) * every, reached + 1, every)
     for step in steps:
@@ -236,23 +263,19 @@ def record_checkpoint(row: Workload, step: int, at: datetime, path: str) -> Chec
     return checkpoint
 
 
-def finish(row: Workload, at: datetime, phase: str) -> None:
-    """The workload ended by itself or by the user; its quota returns to the queue."""
-    row.phase = phase
-    row.finished_at = at
-    row.evicting = False
-    row.save(update_fields=["phase", "finished_at", "evicting"])
-    pods.complete(
-        row, Pod.Phase.SUCCEEDED if phase == Workload.Phase.FINISHED else Pod.Phase.FAILED
-    )
+def finish(rows: Sequence[Workload], at: datetime, phase: str) -> None:
+    """Workloads ended by themselves or by the user; their quota returns to the queues."""
+    if not rows:
+        return
+    pod_phase = Pod.Phase.SUCCEEDED if phase == Workload.Phase.FINISHED else Pod.Phase.FAILED
     kind = "workload.finished" if phase == Workload.Phase.FINISHED else "workload.failed"
-    workload_event(
-        kind,
-        row,
-        at,
-        message=f"{row.owner.key} {phase.lower()}",
+    ids = [row.pk for row in rows]
+    Workload.objects.filter(pk__in=ids).update(phase=phase, finished_at=at, evicting=False)
+    Pod.objects.filter(workload_id__in=ids).update(phase=pod_phase, node=None, ready=False)
+    record_events(
+        [workload_event_row(kind, row, at, f"{row.owner.key} {phase.lower()}") for row in rows]
     )
-    unpark(row.cluster)
+    unpark(rows[0].cluster)
 
 
 def next_event_at(cluster: Cluster) -> datetime | None:
@@ -264,13 +287,11 @@ def next_event_at(cluster: Cluster) -> datetime | None:
         ).values_list("ready_at", flat=True)
         if at is not None
     ]
-    for row in _training_rows(cluster):
-        if row.training_started_at is None:
-            continue
+    for row in _training_rows(cluster, started=True):
         sim = _sim(row)
         candidates = []
         if sim["checkpoint_every"]:
-            done = max(latest_checkpoint_step(row), row.start_step)
+            done = max(row.last_checkpoint or 0, row.start_step)
             candidates.append((done // sim["checkpoint_every"] + 1) * sim["checkpoint_every"])
         if sim["total_steps"]:
             candidates.append(sim["total_steps"])

@@ -63,9 +63,56 @@ def apply(
     )
     plans = [_plan(doc) for doc in documents]
     with transaction.atomic():
-        results = [_apply_one(cluster, plan, now, simulation or {}) for plan in plans]
+        lookups = _Lookups(cluster, documents)
+        results = [_apply_one(lookups, plan, now, simulation or {}) for plan in plans]
     runtime.settle(cluster, now)
     return results
+
+
+class _Lookups:
+    """What one request reads over and over, read once (and again after it changes)."""
+
+    def __init__(self, cluster: Cluster, documents: list[Document]):
+        self.cluster = cluster
+        names = {doc.name for doc in documents if doc.kind not in QUEUE_KINDS}
+        self.objects = {
+            (o.kind, o.namespace, o.name): o
+            for o in KubeObject.objects.filter(cluster=cluster, name__in=names)
+        }
+        self._queues: set[tuple[str, str]] | None = None
+        self._priorities: dict[tuple[str, str], int] | None = None
+        self._default: tuple[int, str] | None = None
+
+    def changed(self, kind: str) -> None:
+        if kind == "LocalQueue":
+            self._queues = None
+        if kind in ("WorkloadPriorityClass", "PriorityClass"):
+            self._priorities = self._default = None
+
+    def has_local_queue(self, namespace: str, name: str) -> bool:
+        if self._queues is None:
+            queues = LocalQueue.objects.filter(cluster=self.cluster)
+            self._queues = set(queues.values_list("namespace", "name"))
+        return (namespace, name) in self._queues
+
+    def priority(self, kind: str, name: str) -> int | None:
+        if self._priorities is None:
+            wpcs = WorkloadPriorityClass.objects.filter(cluster=self.cluster)
+            pcs = PriorityClass.objects.filter(cluster=self.cluster)
+            self._priorities = {
+                ("WorkloadPriorityClass", n): v for n, v in wpcs.values_list("name", "value")
+            }
+            self._priorities |= {
+                ("PriorityClass", n): v for n, v in pcs.values_list("name", "value")
+            }
+            default = pcs.filter(global_default=True).order_by("value").first()
+            self._default = (default.value, default.name) if default else (0, "")
+        return self._priorities.get((kind, name))
+
+    def default_priority(self) -> tuple[int, str]:
+        self.priority("", "")
+        assert self._default is not None
+        return self._default
 
 
 def _plan(doc: Document) -> _Plan:
@@ -75,19 +122,18 @@ def _plan(doc: Document) -> _Plan:
 
 
 def _apply_one(
-    cluster: Cluster, plan: _Plan, now: datetime, simulation: Mapping[str, Mapping[str, Any]]
+    lookups: _Lookups, plan: _Plan, now: datetime, simulation: Mapping[str, Mapping[str, Any]]
 ) -> Applied:
-    doc = plan.document
+    doc, cluster = plan.document, lookups.cluster
     if plan.spec is not None:
+        lookups.changed(doc.kind)
         return _apply_queue_object(cluster, doc, plan.spec, now)
-    existing = KubeObject.objects.filter(
-        cluster=cluster, kind=doc.kind, namespace=doc.namespace or "", name=doc.name
-    ).first()
+    existing = lookups.objects.get((doc.kind, doc.namespace or "", doc.name))
     if existing is not None and existing.manifest == doc.body:
         return Applied(doc.key, "unchanged")
     sim = _simulation(doc, plan.shape, simulation.get(doc.key, {}))
     if plan.shape is not None and plan.shape.queue_name:
-        _check_queue(cluster, doc, plan.shape)
+        _check_queue(lookups, doc, plan.shape)
     if existing is None:
         obj = KubeObject.objects.create(
             cluster=cluster,
@@ -104,7 +150,7 @@ def _apply_one(
     else:
         obj = existing
         if plan.shape is not None and _only_replicas_changed(existing.manifest, doc.body):
-            _scale_to(obj, plan.shape.replicas, now, doc.body)
+            _scale_to(obj, plan.shape.replicas, now, doc.body, lookups)
             return Applied(doc.key, "configured")
         _remove_workloads(obj, now)
         obj.manifest, obj.simulation, obj.generation = doc.body, sim, obj.generation + 1
@@ -118,7 +164,7 @@ def _apply_one(
         message=f"{obj.key} {action}",
     )
     if plan.shape is not None:
-        _create_workloads(obj, plan.shape, range(plan.shape.replicas), now)
+        _create_workloads(obj, plan.shape, range(plan.shape.replicas), now, lookups)
     return Applied(doc.key, action)
 
 
@@ -170,10 +216,9 @@ def _queue_columns(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _check_queue(cluster: Cluster, doc: Document, shape: WorkloadShape) -> None:
-    if not LocalQueue.objects.filter(
-        cluster=cluster, namespace=doc.namespace, name=shape.queue_name
-    ).exists():
+def _check_queue(lookups: _Lookups, doc: Document, shape: WorkloadShape) -> None:
+    assert shape.queue_name is not None
+    if not lookups.has_local_queue(doc.namespace or "", shape.queue_name):
         raise ManifestError(
             f"LocalQueue {shape.queue_name!r} does not exist in namespace {doc.namespace!r}",
             source=doc.source,
@@ -235,34 +280,23 @@ def _only_replicas_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bo
     return without_replicas(old) == without_replicas(new)
 
 
-def _priority(cluster: Cluster, obj: KubeObject, shape: WorkloadShape) -> tuple[int, str]:
+def _priority(lookups: _Lookups, obj: KubeObject, shape: WorkloadShape) -> tuple[int, str]:
     """Kueue's order: WorkloadPriorityClass label, pod PriorityClass, global default, 0."""
-    if shape.priority_class:
-        wpc = WorkloadPriorityClass.objects.filter(
-            cluster=cluster, name=shape.priority_class
-        ).first()
-        if wpc is None:
-            raise _missing_priority(
-                obj,
-                "metadata.labels[kueue.x-k8s.io/priority-class]",
-                shape.priority_class,
-                "WorkloadPriorityClass",
-            )
-        return wpc.value, wpc.name
-    if shape.pod_priority_class:
-        pc = PriorityClass.objects.filter(cluster=cluster, name=shape.pod_priority_class).first()
-        if pc is None:
-            raise _missing_priority(
-                obj,
-                "spec.template.spec.priorityClassName",
-                shape.pod_priority_class,
-                "PriorityClass",
-            )
-        return pc.value, pc.name
-    default = (
-        PriorityClass.objects.filter(cluster=cluster, global_default=True).order_by("value").first()
+    sources = (
+        (
+            "WorkloadPriorityClass",
+            shape.priority_class,
+            "metadata.labels[kueue.x-k8s.io/priority-class]",
+        ),
+        ("PriorityClass", shape.pod_priority_class, "spec.template.spec.priorityClassName"),
     )
-    return (default.value, default.name) if default else (0, "")
+    for kind, name, path in sources:
+        if name:
+            value = lookups.priority(kind, name)
+            if value is None:
+                raise _missing_priority(obj, path, name, kind)
+            return value, name
+    return lookups.default_priority()
 
 
 def _missing_priority(obj: KubeObject, path: str, name: str, kind: str) -> ManifestError:
@@ -277,13 +311,13 @@ def _missing_priority(obj: KubeObject, path: str, name: str, kind: str) -> Manif
 
 
 def _create_workloads(
-    obj: KubeObject, shape: WorkloadShape, replicas: range, now: datetime
+    obj: KubeObject, shape: WorkloadShape, replicas: range, now: datetime, lookups: _Lookups
 ) -> None:
     pod_sets = [asdict(p) for p in shape.pod_sets]
     if not shape.queue_name:
         pods.create_unmanaged(obj, pod_sets, len(replicas), now)
         return
-    priority, priority_class = _priority(obj.cluster, obj, shape)
+    priority, priority_class = _priority(lookups, obj, shape)
     indexes = replicas if shape.per_replica else range(1)
     for index in indexes:
         suffix = pods.short_hash(obj.pk, obj.generation, index, now.timestamp())
@@ -335,11 +369,13 @@ def scale(obj: KubeObject, replicas: int, now: datetime) -> None:
     )
     body = manifests.scale(doc, replicas)
     with transaction.atomic():
-        _scale_to(obj, replicas, now, body)
+        _scale_to(obj, replicas, now, body, _Lookups(obj.cluster, []))
     runtime.settle(obj.cluster, now)
 
 
-def _scale_to(obj: KubeObject, replicas: int, now: datetime, body: dict[str, Any]) -> None:
+def _scale_to(
+    obj: KubeObject, replicas: int, now: datetime, body: dict[str, Any], lookups: _Lookups
+) -> None:
     doc = Document(
         source="scale",
         index=1,
@@ -358,7 +394,7 @@ def _scale_to(obj: KubeObject, replicas: int, now: datetime, body: dict[str, Any
     obj.save(update_fields=["manifest", "updated_at"])
     if replicas > before:
         start = max((w.replica_index for w in current), default=-1) + 1
-        _create_workloads(obj, shape, range(start, start + replicas - before), now)
+        _create_workloads(obj, shape, range(start, start + replicas - before), now, lookups)
     elif replicas < before:
         for row in sorted(current, key=_scale_down_order)[: before - replicas]:
             _remove(row, now)
@@ -420,6 +456,10 @@ def end(obj: KubeObject, now: datetime, *, failed: bool) -> None:
     """The object's workloads finish (or fail) now, whatever their progress."""
     phase = Workload.Phase.FAILED if failed else Workload.Phase.FINISHED
     with transaction.atomic():
-        for row in obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES).select_related("cluster"):
-            runtime.finish(row, now, phase)
+        rows = list(
+            obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES).select_related(
+                "owner", "cluster"
+            )
+        )
+        runtime.finish(rows, now, phase)
     runtime.settle(obj.cluster, now)

@@ -15,13 +15,31 @@ from workloads.models import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, W
 
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
+    cluster: Cluster
     snapshot: s.Snapshot
-    rows: dict[str, Workload]
-    """Workload rows by scheduler key."""
+    ids: dict[str, int]
+    """Workload primary keys by scheduler key."""
+    pending_state: dict[str, tuple[str, str, bool]]
+    """Stored (reason, message, parked) of pending workloads, to write only what changed."""
 
+    def fetch(self, keys: Iterable[str]) -> dict[str, Workload]:
+        """The rows behind some scheduler keys, owners loaded, in one query."""
+        wanted = {self.ids[k]: k for k in keys}
+        rows = Workload.objects.filter(pk__in=wanted).select_related("owner")
+        result = {}
+        for row in rows:
+            row.cluster = self.cluster
+            row.owner.cluster = self.cluster
+            result[wanted[row.pk]] = row
+        return result
 
-def workload_key(row: Workload) -> str:
-    return f"{row.namespace}/{row.name}"
+    def pending_changes(self, pending: Iterable[s.Pending]) -> dict[int, tuple[str, str, bool]]:
+        changes = {}
+        for decision in pending:
+            state = (decision.reason.value, decision.message, decision.parked)
+            if self.pending_state.get(decision.workload) != state:
+                changes[self.ids[decision.workload]] = state
+        return changes
 
 
 def toleration(data: Mapping[str, Any]) -> s.Toleration:
@@ -148,19 +166,52 @@ def resource_flavor(row: ResourceFlavor) -> s.ResourceFlavor:
     )
 
 
-def workload(row: Workload, cq_by_queue: Mapping[tuple[str, str], str]) -> s.Workload:
-    return s.Workload(
-        key=workload_key(row),
-        cluster_queue=cq_by_queue.get((row.namespace, row.queue_name)),
-        priority=row.priority,
-        created=row.queued_at.timestamp(),
-        pod_sets=pod_sets(row.pod_sets),
-        admission=admission(row.admission),
-        quota_reserved_at=row.quota_reserved_at.timestamp() if row.quota_reserved_at else None,
-        evicting=row.evicting,
-        preempting=row.preempting,
-        parked=row.parked,
-    )
+_WORKLOAD_COLUMNS = (
+    "pk",
+    "namespace",
+    "name",
+    "queue_name",
+    "priority",
+    "queued_at",
+    "pod_sets",
+    "admission",
+    "quota_reserved_at",
+    "evicting",
+    "preempting",
+    "parked",
+    "phase",
+    "pending_reason",
+    "pending_message",
+)
+
+
+def _workloads(
+    cluster: Cluster, cq_by_queue: Mapping[tuple[str, str], str]
+) -> tuple[list[s.Workload], dict[str, int], dict[str, tuple[str, str, bool]]]:
+    workloads, ids, pending_state = [], {}, {}
+    rows = Workload.objects.filter(cluster=cluster, phase__in=Workload.ACTIVE_PHASES)
+    for row in rows.values_list(*_WORKLOAD_COLUMNS):
+        (pk, namespace, name, queue, priority, queued_at, sets, admitted, reserved_at) = row[:9]
+        (evicting, preempting, parked, phase, reason, message) = row[9:]
+        key = f"{namespace}/{name}"
+        ids[key] = pk
+        if phase == Workload.Phase.PENDING:
+            pending_state[key] = (reason, message, parked)
+        workloads.append(
+            s.Workload(
+                key=key,
+                cluster_queue=cq_by_queue.get((namespace, queue)),
+                priority=priority,
+                created=queued_at.timestamp(),
+                pod_sets=pod_sets(sets),
+                admission=admission(admitted),
+                quota_reserved_at=reserved_at.timestamp() if reserved_at else None,
+                evicting=evicting,
+                preempting=preempting,
+                parked=parked,
+            )
+        )
+    return workloads, ids, pending_state
 
 
 def load(cluster: Cluster) -> ClusterSnapshot:
@@ -189,17 +240,11 @@ def load(cluster: Cluster) -> ClusterSnapshot:
             "namespace", "name", "cluster_queue_name"
         )
     }
-    rows = {
-        workload_key(row): row
-        for row in Workload.objects.filter(cluster=cluster, phase__in=Workload.ACTIVE_PHASES)
-    }
+    workloads, ids, pending_state = _workloads(cluster, cq_by_queue)
     snapshot = s.Snapshot(
-        cluster_queues=cqs,
-        cohorts=cohorts,
-        flavors=flavors,
-        workloads=tuple(workload(row, cq_by_queue) for row in rows.values()),
+        cluster_queues=cqs, cohorts=cohorts, flavors=flavors, workloads=tuple(workloads)
     )
-    return ClusterSnapshot(snapshot, rows)
+    return ClusterSnapshot(cluster, snapshot, ids, pending_state)
 
 
 def node(row: Node) -> s.Node:
