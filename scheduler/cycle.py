@@ -10,7 +10,9 @@ victims, and a later call admits the preemptor once their quota is released.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from scheduler.flavors import Assignment, Mode, assign_flavors
 from scheduler.model import (
@@ -33,6 +35,9 @@ from scheduler.state import ClusterState
 
 MAX_CYCLES = 100_000
 
+T = TypeVar("T")
+QueueKey = tuple[bool, int, float, str]
+
 
 @dataclass(slots=True)
 class _Entry:
@@ -42,36 +47,52 @@ class _Entry:
     targets: list[Victim]
 
 
-def queue_order(workload: Workload) -> tuple[bool, int, float, str]:
-    """Heap order inside a ClusterQueue: sticky preemptor, priority, age, key (§3)."""
-    return (not workload.preempting, -workload.priority, workload.created, workload.key)
+@dataclass(slots=True)
+class _Cycle:
+    """What one cycle has claimed so far: victims, and usage it holds only until its end."""
+
+    claimed: dict[str, Victim] = field(default_factory=dict)
+    reserved: list[tuple[str, dict[FlavorResource, int]]] = field(default_factory=list)
+
+
+def queue_order(workload: Workload, sticky: bool = True) -> QueueKey:
+    """Heap order inside a ClusterQueue: sticky preemptor, priority, age, key (§3).
+
+    Only BestEffortFIFO keeps a workload whose preemptions are in flight at the head."""
+    first = not (sticky and workload.preempting)
+    return (first, -workload.priority, workload.created, workload.key)
 
 
 def shape_of(workload: Workload) -> tuple[object, ...]:
     """Kueue's SchedulingEquivalenceHashing: workloads that would get the same answer."""
-    return tuple(
-        (
-            ps.name,
-            ps.count,
-            tuple(sorted(ps.requests.items())),
-            tuple(sorted(ps.node_selector.items())),
-            ps.required_affinity,
-            ps.tolerations,
-        )
-        for ps in workload.pod_sets
+    return (
+        workload.priority,
+        tuple(
+            (
+                ps.name,
+                ps.count,
+                tuple(sorted(ps.requests.items())),
+                tuple(sorted(ps.node_selector.items())),
+                ps.required_affinity,
+                ps.tolerations,
+            )
+            for ps in workload.pod_sets
+        ),
     )
 
 
 class _Queues:
     """Per-ClusterQueue heaps of pending workloads; parked ones wait outside the heap."""
 
-    def __init__(self, pending: list[Workload]):
-        self._heaps: dict[str, list[tuple[tuple[bool, int, float, str], Workload]]] = {}
+    def __init__(self, pending: list[Workload], cluster_queues: dict[str, ClusterQueue]):
+        self._heaps: dict[str, list[tuple[QueueKey, Workload]]] = {}
         for workload in pending:
             if workload.parked or workload.cluster_queue is None:
                 continue
+            strategy = cluster_queues[workload.cluster_queue].queueing_strategy
+            sticky = strategy is QueueingStrategy.BEST_EFFORT_FIFO
             self._heaps.setdefault(workload.cluster_queue, []).append(
-                (queue_order(workload), workload)
+                (queue_order(workload, sticky), workload)
             )
         for heap in self._heaps.values():
             heapq.heapify(heap)
@@ -122,7 +143,7 @@ class _Run:
                 eligible.append(workload)
             else:
                 self.pending[workload.key] = problem
-        self.queues = _Queues(eligible)
+        self.queues = _Queues(eligible, dict(snapshot.cluster_queues))
 
     def _queue_problem(self, workload: Workload) -> Pending | None:
         name = workload.cluster_queue
@@ -150,79 +171,84 @@ class _Run:
                 e.workload.key,
             )
         )
-        claimed: dict[str, Victim] = {}
-        reserved: list[tuple[str, dict[FlavorResource, int]]] = []
+        cycle = _Cycle()
         progress = False
         for entry in entries:
-            progress |= self._process(entry, claimed, reserved)
-        for cq_name, usage in reserved:
+            admitted = self._process(entry, cycle)
+            if not admitted and entry.cq.queueing_strategy is QueueingStrategy.STRICT_FIFO:
+                self._block_behind(entry)
+            progress |= admitted or self._parked(entry)
+        for cq_name, usage in cycle.reserved:
             self.state.tree.remove(self.state.tree.cq(cq_name), usage)
         return progress
 
     def _nominate(self, workload: Workload) -> _Entry:
         assert workload.cluster_queue is not None
         cq = self.state.cq(workload.cluster_queue)
-        assignment = assign_flavors(self.state, workload, cq)
-        targets: list[Victim] = []
-        if assignment.mode in (Mode.PREEMPT, Mode.RECLAIM):
-            targets = find_targets(
-                self.state, workload, cq, assignment.usage, assignment.needs_preemption
-            )
-        return _Entry(workload, cq, assignment, targets)
+        entry = _Entry(workload, cq, assign_flavors(self.state, workload, cq), [])
+        entry.targets = self._targets(entry)
+        return entry
 
-    def _process(
-        self,
-        entry: _Entry,
-        claimed: dict[str, Victim],
-        reserved: list[tuple[str, dict[FlavorResource, int]]],
-    ) -> bool:
-        workload, cq, assignment = entry.workload, entry.cq, entry.assignment
+    def _targets(self, entry: _Entry) -> list[Victim]:
+        if not entry.assignment.needs_preemption_search:
+            return []
+        assignment = entry.assignment
+        return find_targets(
+            self.state, entry.workload, entry.cq, assignment.usage, assignment.needs_preemption
+        )
+
+    def _process(self, entry: _Entry, cycle: _Cycle) -> bool:
+        """Kueue `processEntry`; True when the workload was admitted."""
+        deferred = False
+        if any(t.workload in cycle.claimed for t in entry.targets):
+            deferred = self._recompute(entry, cycle)
+        assignment = entry.assignment
         if assignment.mode is Mode.NO_FIT:
-            return self._requeue(entry, assignment.reason, "; ".join(assignment.messages))
+            self._requeue(entry, assignment.reason, assignment.message)
+            return False
         if assignment.mode is not Mode.FIT and not entry.targets:
-            if cq.preemption.reclaim_within_cohort is not PreemptionPolicy.ANY:
-                usage = self._unreclaimable_reservation(cq, assignment)
-                self.state.tree.add(self.state.tree.cq(cq.name), usage)
-                reserved.append((cq.name, usage))
-            message = "; ".join(assignment.messages) or "no workloads to preempt"
-            return self._requeue(entry, PendingReason.PREEMPTION_NO_CANDIDATES, message)
-        if any(t.workload in claimed for t in entry.targets):
-            # Another entry of this cycle evicts some of the same workloads: look again as if
-            # they were gone (gate RecomputeAssignmentUponPreemptionTargetsOverlap).
-            entry.targets = self._without(claimed, lambda: self._retarget(entry))
-            if assignment.mode is not Mode.FIT and not entry.targets:
-                return self._skip(entry, "preemption targets were claimed by another workload")
-        if not self._without(claimed, lambda: self._fits_after(entry)):
+            self._reserve_unreclaimable(entry, cycle)
+            message = assignment.message or "no workloads to preempt"
+            self._requeue(entry, PendingReason.WAITING_FOR_QUOTA, message)
+            return False
+        if deferred:
+            # It fits once another entry's victims are gone: hold its quota and wait for them.
+            self._reserve(entry.cq, dict(assignment.usage), cycle)
+            self._wait(entry, "fits once the workloads preempted for another workload are gone")
+            return False
+        if any(t.workload in cycle.claimed for t in entry.targets):
+            return self._skip(entry, "overlapping preemption targets with another workload")
+        if not self._without(cycle.claimed, lambda: self._fits_after(entry)):
             return self._skip(entry, "no longer fits after processing another workload")
         if entry.targets:
-            for victim in entry.targets:
-                claimed[victim.workload] = victim
-            self.state.tree.add(self.state.tree.cq(cq.name), assignment.usage)
-            reserved.append((cq.name, dict(assignment.usage)))
-            fresh = tuple(v for v in entry.targets if v.workload not in self.evicting)
-            if fresh:
-                self.preemptions.append(Preempt(workload.key, fresh))
-                self.evicting.update(v.workload for v in fresh)
-                self._mark_evicting(fresh)
-            count = len(entry.targets)
-            self.pending[workload.key] = Pending(
-                workload.key,
-                PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS,
-                f"Pending the preemption of {count} workload(s)",
-                False,
-            )
+            self._preempt(entry, cycle)
             return False
         self._admit(entry)
         return True
 
-    def _retarget(self, entry: _Entry) -> list[Victim]:
-        return find_targets(
-            self.state,
-            entry.workload,
-            entry.cq,
-            entry.assignment.usage,
-            entry.assignment.needs_preemption,
-        )
+    def _recompute(self, entry: _Entry, cycle: _Cycle) -> bool:
+        """Another entry of this cycle evicts some of the same workloads: assign again as if
+        they were gone, keeping the nominated flavors (gate
+        RecomputeAssignmentUponPreemptionTargetsOverlap). True when it then fits outright."""
+        pinned = {ps.name: ps.flavors for ps in entry.assignment.pod_sets}
+
+        def again() -> bool:
+            entry.assignment = assign_flavors(self.state, entry.workload, entry.cq, pinned)
+            entry.targets = self._targets(entry)
+            return entry.assignment.mode is Mode.FIT
+
+        return self._without(cycle.claimed, again)
+
+    def _preempt(self, entry: _Entry, cycle: _Cycle) -> None:
+        for victim in entry.targets:
+            cycle.claimed[victim.workload] = victim
+        self._reserve(entry.cq, dict(entry.assignment.usage), cycle)
+        fresh = tuple(v for v in entry.targets if v.workload not in self.evicting)
+        if fresh:
+            self.preemptions.append(Preempt(entry.workload.key, fresh))
+            self.evicting.update(v.workload for v in fresh)
+            self._mark_evicting(fresh)
+        self._wait(entry, f"Pending the preemption of {len(entry.targets)} workload(s)")
 
     def _fits_after(self, entry: _Entry) -> bool:
         released = [t.workload for t in entry.targets if t.workload in self.state.admitted]
@@ -234,7 +260,8 @@ class _Run:
             self.state.hold(workload)
         return fits
 
-    def _without(self, claimed: dict[str, Victim], check):  # type: ignore[no-untyped-def]
+    def _without(self, claimed: dict[str, Victim], check: Callable[[], T]) -> T:
+        """Evaluate `check` as if every victim claimed this cycle had released its quota."""
         gone = [self.state.admitted[k] for k in claimed if k in self.state.admitted]
         for workload in gone:
             self.state.release(workload.key)
@@ -249,18 +276,29 @@ class _Run:
             workload = self.state.admitted[victim.workload]
             self.state.admitted[victim.workload] = replace(workload, evicting=True)
 
-    def _unreclaimable_reservation(
-        self, cq: ClusterQueue, assignment: Assignment
-    ) -> dict[FlavorResource, int]:
-        """Quota kept from lower entries when preemption found no candidates (§2.5)."""
+    def _reserve(self, cq: ClusterQueue, usage: dict[FlavorResource, int], cycle: _Cycle) -> None:
+        self.state.tree.add(self.state.tree.cq(cq.name), usage)
+        cycle.reserved.append((cq.name, usage))
+
+    def _reserve_unreclaimable(self, entry: _Entry, cycle: _Cycle) -> None:
+        """Preemption found no candidates: unless the queue can always reclaim, keep part of
+        the request from lower entries for the rest of the cycle (Kueue
+        `quotaResourcesToReserve`, §2.5)."""
+        cq, assignment = entry.cq, entry.assignment
+        if cq.preemption.reclaim_within_cohort is PreemptionPolicy.ANY:
+            return
         tree, node = self.state.tree, self.state.tree.cq(cq.name)
         usage = {}
         for fr, amount in assignment.usage.items():
+            limit = tree.borrowing_limit(node, fr)
             if assignment.borrowing == 0:
-                usage[fr] = max(0, min(amount, tree.nominal(node, fr) - tree.usage(node, fr)))
+                cap = tree.nominal(node, fr) - tree.usage(node, fr)
+            elif limit is None:
+                cap = amount
             else:
-                usage[fr] = amount
-        return usage
+                cap = tree.nominal(node, fr) + limit - tree.usage(node, fr)
+            usage[fr] = max(0, min(amount, cap))
+        self._reserve(cq, usage, cycle)
 
     def _admit(self, entry: _Entry) -> None:
         workload = entry.workload
@@ -270,26 +308,37 @@ class _Run:
         self.pending.pop(workload.key, None)
         self.admitted.append(Admit(workload.key, admission, entry.assignment.borrowing > 0))
 
+    def _wait(self, entry: _Entry, message: str) -> None:
+        key = entry.workload.key
+        reason = PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS
+        self.pending[key] = Pending(key, reason, message, False)
+
     def _skip(self, entry: _Entry, message: str) -> bool:
         key = entry.workload.key
         self.pending[key] = Pending(key, PendingReason.SKIPPED, message, False)
         return False
 
-    def _requeue(self, entry: _Entry, reason: PendingReason, message: str) -> bool:
+    def _parked(self, entry: _Entry) -> bool:
+        pending = self.pending.get(entry.workload.key)
+        return pending is not None and pending.parked
+
+    def _requeue(self, entry: _Entry, reason: PendingReason, message: str) -> None:
         """NoFit: StrictFIFO keeps the head (blocking); BestEffortFIFO parks its shape."""
         workload = entry.workload
         if entry.cq.queueing_strategy is QueueingStrategy.STRICT_FIFO:
             self.pending[workload.key] = Pending(workload.key, reason, message, False)
-            for other in self.queues.members(entry.cq.name):
-                if other.key != workload.key:
-                    blocked = f"blocked behind the head of StrictFIFO ClusterQueue {entry.cq.name}"
-                    self.pending[other.key] = Pending(
-                        other.key, PendingReason.BLOCKED_BY_HEAD, blocked, False
-                    )
-            return False
+            return
         shape = shape_of(workload)
         for other in self.queues.members(entry.cq.name):
             if other.key == workload.key or shape_of(other) == shape:
                 self.queues.removed.add(other.key)
                 self.pending[other.key] = Pending(other.key, reason, message, True)
-        return True
+
+    def _block_behind(self, entry: _Entry) -> None:
+        """Everything behind a StrictFIFO head that was not admitted waits for it."""
+        blocked = f"blocked behind the head of StrictFIFO ClusterQueue {entry.cq.name}"
+        for other in self.queues.members(entry.cq.name):
+            if other.key != entry.workload.key:
+                self.pending[other.key] = Pending(
+                    other.key, PendingReason.BLOCKED_BY_HEAD, blocked, False
+                )

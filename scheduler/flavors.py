@@ -3,7 +3,7 @@
 Follows `pkg/scheduler/flavorassigner/flavorassigner.go`: PodSets in order, all resources of
 one resource group get the same flavor, flavors tried in the ClusterQueue's order, and the
 per-resource mode is Fit, Preempt (needs in-ClusterQueue preemption), Reclaim (only other
-queues' borrowed quota), NoCandidates or NoFit.
+queues' borrowed quota), NoCandidates or NoFit, each with a borrowing level.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from scheduler.state import ClusterState
 
 PODS = "pods"
 
+Pinned = Mapping[str, Mapping[str, str]]
+"""PodSet name -> resource -> the only flavor to consider (Kueue's NominationMapping)."""
+
 
 class Mode(IntEnum):
     """Worse modes are smaller: the workload's mode is the minimum over its resources."""
@@ -39,6 +42,26 @@ class Mode(IntEnum):
     PREEMPT = 2
     RECLAIM = 3
     FIT = 4
+
+
+# How much a NoFit reason says "never" (flavorassigner.go `reasonSeverity`): among a group's
+# alternative flavors the least severe wins, across groups and PodSets the most severe.
+_SEVERITY = {
+    PendingReason.WAITING_FOR_QUOTA: 2,
+    PendingReason.EXCEEDS_MAX_QUOTA: 3,
+    PendingReason.NO_MATCHING_FLAVOR: 4,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Granular:
+    """Kueue's granularMode: preemption mode plus borrowing level."""
+
+    mode: Mode
+    borrowing: int = 0
+
+
+_BEST = Granular(Mode.FIT, 0)
 
 
 @dataclass(slots=True)
@@ -55,16 +78,58 @@ class Assignment:
     def needs_preemption_search(self) -> bool:
         return self.mode in (Mode.PREEMPT, Mode.RECLAIM, Mode.NO_CANDIDATES)
 
+    @property
+    def message(self) -> str:
+        return "; ".join(self.messages)
+
+    def fail(self, reason: PendingReason) -> None:
+        """A resource group found no flavor: NoFit, reporting the most severe group reason."""
+        if self.mode is not Mode.NO_FIT or _SEVERITY[reason] > _SEVERITY[self.reason]:
+            self.reason = reason
+        self.mode = Mode.NO_FIT
+
 
 @dataclass(slots=True)
 class _Choice:
     flavor: str
-    mode: Mode
-    borrowing: int
-    preempt: set[FlavorResource]
+    representative: Granular = _BEST
+    max_borrowing: int = 0
+    preempt: set[FlavorResource] = field(default_factory=set)
 
 
-def assign_flavors(state: ClusterState, workload: Workload, cq: ClusterQueue) -> Assignment:
+@dataclass(slots=True)
+class _Group:
+    """One resource group of one PodSet, being assigned a flavor."""
+
+    pod_set: PodSet
+    group: ResourceGroup
+    resources: list[str]
+    requests: Mapping[str, int]
+    pinned: Mapping[str, str]
+    failures: list[PendingReason] = field(default_factory=list)
+
+    def failure(self) -> PendingReason:
+        if not self.failures:
+            return PendingReason.NO_MATCHING_FLAVOR
+        return min(self.failures, key=_SEVERITY.__getitem__)
+
+
+def is_preferred(a: Granular, b: Granular) -> bool:
+    """Kueue `isPreferred` with the default BorrowingOverPreemption preference."""
+    if a.mode is Mode.NO_FIT:
+        return False
+    if b.mode is Mode.NO_FIT:
+        return True
+    if (a.mode is Mode.NO_CANDIDATES) != (b.mode is Mode.NO_CANDIDATES):
+        return b.mode is Mode.NO_CANDIDATES
+    if a.mode != b.mode:
+        return a.mode > b.mode
+    return a.borrowing < b.borrowing
+
+
+def assign_flavors(
+    state: ClusterState, workload: Workload, cq: ClusterQueue, pinned: Pinned | None = None
+) -> Assignment:
     result = Assignment()
     covers_pods = any(PODS in g.covered_resources for g in cq.resource_groups)
     for pod_set in workload.pod_sets:
@@ -73,19 +138,26 @@ def assign_flavors(state: ClusterState, workload: Workload, cq: ClusterQueue) ->
             requests[PODS] = pod_set.count * 1000
         flavors: dict[str, str] = {}
         for group, resources in _groups_for(cq, requests, result):
-            choice = _choose_flavor(state, workload, cq, pod_set, group, resources, requests, result)
+            todo = _Group(pod_set, group, resources, requests, (pinned or {}).get(pod_set.name, {}))
+            choice = _choose_flavor(state, workload, cq, todo, result)
             if choice is None:
-                result.mode = Mode.NO_FIT
+                result.fail(todo.failure())
                 continue
-            for resource in resources:
-                flavors[resource] = choice.flavor
-                fr = (choice.flavor, resource)
-                result.usage[fr] = result.usage.get(fr, 0) + requests[resource]
-            result.mode = min(result.mode, choice.mode)
-            result.borrowing = max(result.borrowing, choice.borrowing)
-            result.needs_preemption |= choice.preempt
+            _record(result, choice, todo, flavors)
         result.pod_sets.append(PodSetAssignment(pod_set.name, flavors, pod_set.count))
+        if result.mode is Mode.NO_FIT:
+            break  # Kueue stops at the first PodSet that cannot be assigned
     return result
+
+
+def _record(result: Assignment, choice: _Choice, todo: _Group, flavors: dict[str, str]) -> None:
+    for resource in todo.resources:
+        flavors[resource] = choice.flavor
+        fr = (choice.flavor, resource)
+        result.usage[fr] = result.usage.get(fr, 0) + todo.requests[resource]
+    result.mode = min(result.mode, choice.representative.mode)
+    result.borrowing = max(result.borrowing, choice.max_borrowing)
+    result.needs_preemption |= choice.preempt
 
 
 def _groups_for(
@@ -95,8 +167,7 @@ def _groups_for(
     for resource in requests:
         group = next((g for g in cq.resource_groups if resource in g.covered_resources), None)
         if group is None:
-            result.mode = Mode.NO_FIT
-            result.reason = PendingReason.NO_MATCHING_FLAVOR
+            result.fail(PendingReason.NO_MATCHING_FLAVOR)
             result.messages.append(f"resource {resource} unavailable in ClusterQueue {cq.name}")
             continue
         for known, resources in groups:
@@ -109,31 +180,25 @@ def _groups_for(
 
 
 def _choose_flavor(
-    state: ClusterState,
-    workload: Workload,
-    cq: ClusterQueue,
-    pod_set: PodSet,
-    group: ResourceGroup,
-    resources: list[str],
-    requests: Mapping[str, int],
-    result: Assignment,
+    state: ClusterState, workload: Workload, cq: ClusterQueue, todo: _Group, result: Assignment
 ) -> _Choice | None:
+    """Kueue `findFlavorForPodSets`: the first flavor that need not look further, or the best."""
     best: _Choice | None = None
-    for flavor in group.flavors:
-        problem = _flavor_mismatch(state.flavors.get(flavor.name), flavor.name, pod_set)
+    for flavor in todo.group.flavors:
+        if any(todo.pinned.get(r, flavor.name) != flavor.name for r in todo.resources):
+            continue
+        problem = _flavor_mismatch(state.flavors.get(flavor.name), flavor.name, todo.pod_set)
         if problem:
             result.messages.append(problem)
-            result.reason = PendingReason.NO_MATCHING_FLAVOR
+            todo.failures.append(PendingReason.NO_MATCHING_FLAVOR)
             continue
-        choice = _quota_fit(state, workload, cq, flavor, resources, requests, result)
-        if choice.mode is Mode.NO_FIT:
+        choice = _quota_fit(state, workload, cq, flavor, todo, result)
+        if choice is None:
             continue
-        if not _should_try_next_flavor(cq, choice):
+        if not _should_try_next_flavor(cq, choice.representative):
             return choice
-        if best is None or _is_preferred(choice, best):
+        if best is None or is_preferred(choice.representative, best.representative):
             best = choice
-    if best is not None and best.mode is Mode.NO_CANDIDATES:
-        result.reason = PendingReason.PREEMPTION_NO_CANDIDATES
     return best
 
 
@@ -163,85 +228,92 @@ def _quota_fit(
     workload: Workload,
     cq: ClusterQueue,
     flavor: FlavorQuotas,
-    resources: list[str],
-    requests: Mapping[str, int],
+    todo: _Group,
     result: Assignment,
-) -> _Choice:
-    choice = _Choice(flavor.name, Mode.FIT, 0, set())
-    node = state.tree.cq(cq.name)
-    for resource in resources:
+) -> _Choice | None:
+    """The flavor's representative (worst) mode over the group's resources; None for NoFit."""
+    choice = _Choice(flavor.name)
+    for resource in todo.resources:
         fr = (flavor.name, resource)
-        value = requests[resource] + result.usage.get(fr, 0)
-        if value > state.tree.potential_available(node, fr):
-            result.reason = PendingReason.EXCEEDS_MAX_QUOTA
-            result.messages.append(
-                f"insufficient quota for {resource} in flavor {flavor.name}, "
-                f"request > maximum capacity ({value} > "
-                f"{state.tree.potential_available(node, fr)}, milli-units)"
-            )
-            return _Choice(flavor.name, Mode.NO_FIT, 0, set())
-        if value <= state.tree.available(node, fr):
-            choice.borrowing = max(choice.borrowing, state.tree.borrowing_level(node, fr, value))
-            continue
-        result.messages.append(
-            f"insufficient unused quota for {resource} in flavor {flavor.name}, "
-            f"{value - state.tree.available(node, fr)} more needed (milli-units)"
-        )
-        mode = _preemption_mode(state, workload, cq, fr, value)
-        if mode is Mode.NO_FIT:
-            result.reason = PendingReason.WAITING_FOR_QUOTA
-            return _Choice(flavor.name, Mode.NO_FIT, 0, set())
-        choice.mode = min(choice.mode, mode)
-        choice.preempt.add(fr)
-        if value > state.tree.nominal(node, fr):
-            choice.borrowing = max(choice.borrowing, state.tree.height(state.tree.root(node)))
+        value = todo.requests[resource] + result.usage.get(fr, 0)
+        mode = _fits_resource_quota(state, workload, cq, fr, value, todo, result)
+        if is_preferred(choice.representative, mode):
+            choice.representative = mode
+        if mode.mode is Mode.NO_FIT:
+            return None
+        choice.max_borrowing = max(choice.max_borrowing, mode.borrowing)
+        if mode.mode is not Mode.FIT:
+            choice.preempt.add(fr)
     return choice
 
 
-def _preemption_mode(
-    state: ClusterState, workload: Workload, cq: ClusterQueue, fr: FlavorResource, value: int
-) -> Mode:
-    """Whether preemption may help, and what kind (Kueue's preemption oracle)."""
-    node = state.tree.cq(cq.name)
-    may_preempt = (
-        state.tree.nominal(node, fr) >= value
-        or _may_reclaim_in_hierarchy(state, cq, fr, value)
-        or cq.preemption.borrow_within_cohort is not PreemptionPolicy.NEVER
+def _fits_resource_quota(
+    state: ClusterState,
+    workload: Workload,
+    cq: ClusterQueue,
+    fr: FlavorResource,
+    value: int,
+    todo: _Group,
+    result: Assignment,
+) -> Granular:
+    """Kueue `fitsResourceQuota`: how `value` of `fr` could be had in this ClusterQueue."""
+    tree, node = state.tree, state.tree.cq(cq.name)
+    flavor, resource = fr
+    potential = tree.potential_available(node, fr)
+    if value > potential:
+        result.messages.append(
+            f"insufficient quota for {resource} in flavor {flavor}, "
+            f"request > maximum capacity ({value} > {potential}, milli-units)"
+        )
+        todo.failures.append(PendingReason.EXCEEDS_MAX_QUOTA)
+        return Granular(Mode.NO_FIT)
+    borrowing, may_reclaim_in_hierarchy = tree.lowest_subtree_that_fits(node, fr, value)
+    available = tree.available(node, fr)
+    if value <= available:
+        return Granular(Mode.FIT, borrowing)
+    result.messages.append(
+        f"insufficient unused quota for {resource} in flavor {flavor}, "
+        f"{value - available} more needed (milli-units)"
     )
-    if not may_preempt:
-        return Mode.NO_FIT
+    if (
+        tree.nominal(node, fr) >= value
+        or may_reclaim_in_hierarchy
+        or cq.preemption.borrow_within_cohort is not PreemptionPolicy.NEVER
+    ):
+        return simulate_preemption(state, workload, cq, fr, value)
+    todo.failures.append(PendingReason.WAITING_FOR_QUOTA)
+    return Granular(Mode.NO_FIT)
+
+
+def simulate_preemption(
+    state: ClusterState, workload: Workload, cq: ClusterQueue, fr: FlavorResource, value: int
+) -> Granular:
+    """Kueue's preemption oracle: may preemption help, what kind, and the borrowing after it."""
+    tree, node = state.tree, state.tree.cq(cq.name)
     targets = find_targets(state, workload, cq, {fr: value}, {fr})
     if not targets:
-        return Mode.NO_CANDIDATES
-    own = state.admitted
-    if any(own[t.workload].admission.cluster_queue == cq.name for t in targets):  # type: ignore[union-attr]
-        return Mode.PREEMPT
-    return Mode.RECLAIM
+        return Granular(Mode.NO_CANDIDATES, tree.borrowing_level(node, fr, value))
+    victims = [state.admitted[t.workload] for t in targets]
+    for victim in victims:
+        state.release(victim.key)
+    borrowing = tree.borrowing_level(node, fr, value)
+    for victim in victims:
+        state.hold(victim)
+    own = any(v.admission is not None and v.admission.cluster_queue == cq.name for v in victims)
+    return Granular(Mode.PREEMPT if own else Mode.RECLAIM, borrowing)
 
 
-def _may_reclaim_in_hierarchy(
-    state: ClusterState, cq: ClusterQueue, fr: FlavorResource, value: int
-) -> bool:
-    """A cohort below the root whose own subtree quota covers the request."""
-    ancestors = state.tree.ancestors(state.tree.cq(cq.name))
-    return any(state.tree.subtree_quota(a, fr) >= value for a in ancestors[:-1])
-
-
-def _should_try_next_flavor(cq: ClusterQueue, choice: _Choice) -> bool:
+def _should_try_next_flavor(cq: ClusterQueue, representative: Granular) -> bool:
+    """Kueue `shouldTryNextFlavor`."""
     fungibility = cq.flavor_fungibility
-    if choice.mode in (Mode.NO_FIT, Mode.NO_CANDIDATES):
+    if representative.mode in (Mode.NO_FIT, Mode.NO_CANDIDATES):
         return True
-    if choice.mode in (Mode.PREEMPT, Mode.RECLAIM):
-        return fungibility.when_can_preempt is FungibilityPolicy.TRY_NEXT_FLAVOR
-    if choice.borrowing > 0:
-        return fungibility.when_can_borrow is FungibilityPolicy.TRY_NEXT_FLAVOR
-    return False
-
-
-def _is_preferred(candidate: _Choice, best: _Choice) -> bool:
-    """BorrowingOverPreemption (the default): better mode first, then less borrowing."""
-    if (candidate.mode is Mode.NO_CANDIDATES) != (best.mode is Mode.NO_CANDIDATES):
-        return best.mode is Mode.NO_CANDIDATES
-    if candidate.mode != best.mode:
-        return candidate.mode > best.mode
-    return candidate.borrowing < best.borrowing
+    if (
+        representative.mode in (Mode.PREEMPT, Mode.RECLAIM)
+        and fungibility.when_can_preempt is FungibilityPolicy.TRY_NEXT_FLAVOR
+    ):
+        return True
+    return (
+        representative.borrowing > 0
+        and fungibility.when_can_borrow is FungibilityPolicy.TRY_NEXT_FLAVOR
+    )

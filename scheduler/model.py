@@ -8,25 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 FlavorResource = tuple[str, str]
 """(ResourceFlavor name, resource name): the unit in which Kueue accounts quota."""
 
 
-class QueueingStrategy(str, Enum):
+class QueueingStrategy(StrEnum):
     BEST_EFFORT_FIFO = "BestEffortFIFO"
     STRICT_FIFO = "StrictFIFO"
 
 
-class PreemptionPolicy(str, Enum):
+class PreemptionPolicy(StrEnum):
     NEVER = "Never"
     LOWER_PRIORITY = "LowerPriority"
     LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
     ANY = "Any"
 
 
-class FungibilityPolicy(str, Enum):
+class FungibilityPolicy(StrEnum):
     MAY_STOP_SEARCH = "MayStopSearch"
     TRY_NEXT_FLAVOR = "TryNextFlavor"
 
@@ -219,7 +219,7 @@ class Snapshot:
     """Every workload that is pending or holds quota."""
 
 
-class PendingReason(str, Enum):
+class PendingReason(StrEnum):
     """QuotaReserved=False reasons (kueue-semantics §15), plus our own for queue problems."""
 
     NO_MATCHING_FLAVOR = "NoMatchingFlavor"
@@ -227,6 +227,8 @@ class PendingReason(str, Enum):
     EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
     WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
     PREEMPTION_NO_CANDIDATES = "PreemptionNoCandidates"
+    """Kueue's requeue reason, not a condition reason: `schedule` no longer emits it. A
+    preemption that finds no candidates reports WaitingForQuota, as Kueue's condition does."""
     SKIPPED = "Skipped"
     BLOCKED_BY_HEAD = "BlockedByHead"
     NOT_HEAD = "NotHead"
@@ -234,7 +236,7 @@ class PendingReason(str, Enum):
     MISSING_QUEUE = "LocalQueueNotFound"
 
 
-class PreemptionReason(str, Enum):
+class PreemptionReason(StrEnum):
     IN_CLUSTER_QUEUE = "InClusterQueue"
     IN_COHORT_RECLAMATION = "InCohortReclamation"
     IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"

@@ -39,8 +39,9 @@ def matches_node(pod: Pod, node: Node) -> bool:
         return False
     if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
         return False
+    # Terms are ORed, their requirements ANDed; an empty term matches no node (k8s API).
     if pod.required_affinity and not any(
-        all(req.matches(node.labels) for req in term) for term in pod.required_affinity
+        term and all(req.matches(node.labels) for req in term) for term in pod.required_affinity
     ):
         return False
     return all(

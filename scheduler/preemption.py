@@ -1,17 +1,17 @@
 """Classical preemption: which admitted workloads to evict for a preemptor (kueue-semantics §6).
 
 Follows `pkg/scheduler/preemption/preemption.go` (classicalPreemptions, fillBackWorkloads,
-workloadFits) and `classical/candidate_generator.go`: candidates are filtered by policy,
-classified (same ClusterQueue, hierarchical reclaim, reclaim with or without borrowing),
-ordered, removed one by one until the preemptor fits, then added back where they are not
-needed (fill-back) so that the set is minimal-ish.
+workloadFits) and `classical/candidate_generator.go`, `classical/hierarchical_preemption.go`:
+candidates are filtered by policy, classified (same ClusterQueue, hierarchical reclaim,
+reclaim with or without borrowing), ordered, removed one by one until the preemptor fits,
+then added back where they are not needed (fill-back) so that the set is minimal-ish.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import IntEnum
 
 from scheduler.model import (
     ClusterQueue,
@@ -25,7 +25,9 @@ from scheduler.quota import NodeKey
 from scheduler.state import ClusterState
 
 
-class Variant(int, Enum):
+class Variant(IntEnum):
+    """Candidate classes, in the order Kueue tries them (evicted ones first within each)."""
+
     HIERARCHICAL_RECLAIM = 0
     RECLAIM_WITHOUT_BORROWING = 1
     RECLAIM_WHILE_BORROWING = 2
@@ -39,11 +41,37 @@ _REASONS = {
     Variant.RECLAIM_WHILE_BORROWING: PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING,
 }
 
+# Kueue concatenates hierarchical candidates, then other queues' priority-based candidates,
+# then the preemptor's own queue (`NewCandidateIterator`).
+_LIST = {
+    Variant.HIERARCHICAL_RECLAIM: 0,
+    Variant.RECLAIM_WITHOUT_BORROWING: 1,
+    Variant.RECLAIM_WHILE_BORROWING: 1,
+    Variant.WITHIN_CLUSTER_QUEUE: 2,
+}
+
 
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     workload: Workload
     variant: Variant
+    lca: NodeKey | None
+    """Lowest common ancestor with the preemptor's queue (None for its own queue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """One preemption search: the preemptor's queue, its whole request, the contested frs."""
+
+    state: ClusterState
+    preemptor: Workload
+    cq: ClusterQueue
+    requests: Mapping[FlavorResource, int]
+    needed: frozenset[FlavorResource]
+
+    @property
+    def node(self) -> NodeKey:
+        return self.state.tree.cq(self.cq.name)
 
 
 def satisfies_policy(policy: PreemptionPolicy, preemptor: Workload, candidate: Workload) -> bool:
@@ -65,121 +93,127 @@ def find_targets(
     needed: Iterable[FlavorResource],
 ) -> list[Victim]:
     """The workloads to evict so that `requests` fits in `cq`; empty when no set works."""
-    needed = frozenset(needed)
-    candidates = _candidates(state, preemptor, cq, requests, needed)
+    search = _Search(state, preemptor, cq, requests, frozenset(needed))
+    candidates = _candidates(search)
     if not candidates:
         return []
-    for allow_borrowing in _attempts(state, cq, requests, needed, candidates):
-        targets = _minimal_set(state, cq, requests, needed, candidates, allow_borrowing)
+    for allow_borrowing in _attempts(search, candidates):
+        targets = _minimal_set(search, candidates, allow_borrowing)
         if targets:
             return [Victim(c.workload.key, _REASONS[c.variant]) for c in targets]
     return []
 
 
-def _candidates(
-    state: ClusterState,
-    preemptor: Workload,
-    cq: ClusterQueue,
-    requests: Mapping[FlavorResource, int],
-    needed: frozenset[FlavorResource],
-) -> list[_Candidate]:
-    own = state.tree.cq(cq.name)
-    fit_height = _height_of_lowest_subtree_that_fits(state, own, requests, needed)
+def _candidates(search: _Search) -> list[_Candidate]:
+    fit_height = _height_of_lowest_subtree_that_fits(search)
     found: list[_Candidate] = []
-    for workload in state.in_tree_of(cq.name):
-        if workload.key == preemptor.key or not needed & state.usage[workload.key].keys():
-            continue
-        assert workload.admission is not None
-        candidate_cq = workload.admission.cluster_queue
-        if candidate_cq == cq.name:
-            if satisfies_policy(cq.preemption.within_cluster_queue, preemptor, workload):
-                found.append(_Candidate(workload, Variant.WITHIN_CLUSTER_QUEUE))
-            continue
-        if not satisfies_policy(cq.preemption.reclaim_within_cohort, preemptor, workload):
-            continue
-        lca_height = _lowest_common_ancestor_height(state, own, state.tree.cq(candidate_cq))
-        if fit_height is not None and fit_height < lca_height:
-            variant = Variant.HIERARCHICAL_RECLAIM
-        elif cq.preemption.borrow_within_cohort is PreemptionPolicy.NEVER or (
-            workload.priority >= preemptor.priority
-        ):
-            variant = Variant.RECLAIM_WITHOUT_BORROWING
-        elif (
-            cq.preemption.max_priority_threshold is not None
-            and workload.priority > cq.preemption.max_priority_threshold
-        ):
-            variant = Variant.RECLAIM_WITHOUT_BORROWING
-        else:
-            variant = Variant.RECLAIM_WHILE_BORROWING
-        found.append(_Candidate(workload, variant))
-    # CandidatesOrdering: evicted first, other ClusterQueues before our own, lower priority
-    # first, most recently admitted first, then the key.
+    for cq_name, keys in search.state.queues_in_tree_of(search.cq.name):
+        found += _from_queue(search, cq_name, keys, fit_height)
+    # CandidatesOrdering within each list: evicted first, lower priority first, most recently
+    # admitted first (a reservation without a time counts as "now"), then the key (UID).
     found.sort(
         key=lambda c: (
             not c.workload.evicting,
-            c.variant is Variant.WITHIN_CLUSTER_QUEUE,
+            _LIST[c.variant],
             c.workload.priority,
-            -(c.workload.quota_reserved_at or 0.0),
+            -(
+                c.workload.quota_reserved_at
+                if c.workload.quota_reserved_at is not None
+                else float("inf")
+            ),
             c.workload.key,
         )
     )
     return found
 
 
-def _height_of_lowest_subtree_that_fits(
-    state: ClusterState,
-    own: NodeKey,
-    requests: Mapping[FlavorResource, int],
-    needed: frozenset[FlavorResource],
-) -> int | None:
-    """0 when the request fits in the ClusterQueue's own quota, else the cohort height."""
-    tree = state.tree
-    heights = []
-    for fr in needed:
-        amount = requests.get(fr, 0)
-        if not tree.is_borrowing(own, fr, amount):
-            heights.append(0)
+def _from_queue(
+    search: _Search, cq_name: str, keys: set[str], fit_height: int | None
+) -> list[_Candidate]:
+    """One ClusterQueue's candidates (Kueue `getCandidatesFromCQ` and its callers' filters)."""
+    preemption, preemptor, tree = search.cq.preemption, search.preemptor, search.state.tree
+    if cq_name == search.cq.name:
+        policy, variant, lca = preemption.within_cluster_queue, Variant.WITHIN_CLUSTER_QUEUE, None
+    else:
+        policy = preemption.reclaim_within_cohort
+        if policy is PreemptionPolicy.NEVER or not search.state.cq(cq_name).active:
+            return []  # Kueue's snapshot leaves inactive queues (and their workloads) out
+        lca = _lowest_common_ancestor(search, tree.cq(cq_name))
+        if not _borrowing_below(search, tree.cq(cq_name), lca):
+            return []
+    found = []
+    for workload in [search.state.admitted[key] for key in keys]:
+        if workload.key == preemptor.key or not satisfies_policy(policy, preemptor, workload):
             continue
-        remaining = amount - tree.local_available(own, fr)
-        node = tree.parent(own)
-        height: int | None = None
-        while node is not None:
-            if not tree.is_borrowing(node, fr, remaining):
-                height = tree.height(node)
-                break
-            remaining -= tree.local_available(node, fr)
-            node = tree.parent(node)
-        if height is None:
-            return None
-        heights.append(height)
-    return max(heights, default=0)
+        if not search.needed & search.state.usage[workload.key].keys():
+            continue
+        if lca is not None:
+            variant = _variant(search, workload, fit_height, lca)
+        found.append(_Candidate(workload, variant, lca))
+    return found
 
 
-def _lowest_common_ancestor_height(state: ClusterState, a: NodeKey, b: NodeKey) -> int:
-    tree = state.tree
-    ancestors_of_a = tree.ancestors(a)
-    for node in tree.ancestors(b):
-        if node in ancestors_of_a:
+def _variant(search: _Search, workload: Workload, fit_height: int | None, lca: NodeKey) -> Variant:
+    preemption = search.cq.preemption
+    if fit_height is not None and fit_height < search.state.tree.height(lca):
+        return Variant.HIERARCHICAL_RECLAIM
+    if preemption.borrow_within_cohort is PreemptionPolicy.NEVER:
+        return Variant.RECLAIM_WITHOUT_BORROWING
+    threshold = preemption.max_priority_threshold
+    if workload.priority >= search.preemptor.priority or (
+        threshold is not None and workload.priority > threshold
+    ):
+        return Variant.RECLAIM_WITHOUT_BORROWING
+    return Variant.RECLAIM_WHILE_BORROWING
+
+
+def _height_of_lowest_subtree_that_fits(search: _Search) -> int | None:
+    """Height of the lowest node, from the preemptor's queue up, whose quota covers the whole
+    request at current usage (Kueue `QuantitiesFitInQuota` along `PathParentToRoot`): 0 when
+    the queue's own quota does, None when no node does. Workloads borrowing quota above that
+    node can be reclaimed hierarchically."""
+    tree = search.state.tree
+    remaining = dict(search.requests)
+    for node in [search.node, *tree.ancestors(search.node)]:
+        if all(not tree.is_borrowing(node, fr, amount) for fr, amount in remaining.items()):
             return tree.height(node)
-    return tree.height(tree.root(a))
+        remaining = {
+            fr: max(0, amount - tree.local_available(node, fr)) for fr, amount in remaining.items()
+        }
+    return None
 
 
-def _attempts(
-    state: ClusterState,
-    cq: ClusterQueue,
-    requests: Mapping[FlavorResource, int],
-    needed: frozenset[FlavorResource],
-    candidates: list[_Candidate],
-) -> list[bool]:
+def _lowest_common_ancestor(search: _Search, other: NodeKey) -> NodeKey:
+    tree = search.state.tree
+    mine = tree.ancestors(search.node)
+    for node in tree.ancestors(other):
+        if node in mine:
+            return node
+    return tree.root(search.node)
+
+
+def _borrowing_below(search: _Search, candidate_cq: NodeKey, lca: NodeKey | None) -> bool:
+    """The candidate's queue, and each of its cohorts below the common ancestor, uses more than
+    its quota on a contested (flavor, resource) (Kueue `candidateIsValid`)."""
+    tree = search.state.tree
+    if tree.within_quota(candidate_cq, search.needed):
+        return False
+    for node in tree.ancestors(candidate_cq):
+        if node == lca:
+            break
+        if tree.within_quota(node, search.needed):
+            return False
+    return True
+
+
+def _attempts(search: _Search, candidates: list[_Candidate]) -> list[bool]:
     """Whether to search allowing the preemptor to borrow, and in which order."""
     other_cq = [c for c in candidates if c.variant is not Variant.WITHIN_CLUSTER_QUEUE]
     if not other_cq:
         return [True]
-    forbid_borrowing = cq.preemption.borrow_within_cohort is PreemptionPolicy.NEVER
-    own = state.tree.cq(cq.name)
-    under_nominal = all(
-        state.tree.usage(own, fr) < state.tree.nominal(own, fr) for fr in needed
-    )
+    forbid_borrowing = search.cq.preemption.borrow_within_cohort is PreemptionPolicy.NEVER
+    tree, node = search.state.tree, search.node
+    under_nominal = all(tree.usage(node, fr) < tree.nominal(node, fr) for fr in search.needed)
     if forbid_borrowing and not under_nominal:
         return [True]
     hierarchical = any(c.variant is Variant.HIERARCHICAL_RECLAIM for c in candidates)
@@ -188,76 +222,54 @@ def _attempts(
     return [True, False]
 
 
-def _still_valid(
-    state: ClusterState, candidate: _Candidate, needed: frozenset[FlavorResource]
-) -> bool:
-    """Another ClusterQueue's workload is a target only while that queue borrows what we need."""
+def _still_valid(search: _Search, candidate: _Candidate, allow_borrowing: bool) -> bool:
     if candidate.variant is Variant.WITHIN_CLUSTER_QUEUE:
         return True
+    if allow_borrowing and candidate.variant is Variant.RECLAIM_WITHOUT_BORROWING:
+        return False
     assert candidate.workload.admission is not None
-    node = state.tree.cq(candidate.workload.admission.cluster_queue)
-    return any(
-        state.tree.usage(node, fr) > state.tree.nominal(node, fr)
-        for fr in needed & state.usage[candidate.workload.key].keys()
-    )
+    node = search.state.tree.cq(candidate.workload.admission.cluster_queue)
+    return _borrowing_below(search, node, candidate.lca)
 
 
-def _fits(
-    state: ClusterState,
-    cq: ClusterQueue,
-    requests: Mapping[FlavorResource, int],
-    allow_borrowing: bool,
-) -> bool:
-    own = state.tree.cq(cq.name)
-    for fr, amount in requests.items():
-        if not allow_borrowing and state.tree.is_borrowing(own, fr, amount):
+def _fits(search: _Search, allow_borrowing: bool) -> bool:
+    tree, node = search.state.tree, search.node
+    for fr, amount in search.requests.items():
+        if not allow_borrowing and tree.is_borrowing(node, fr, amount):
             return False
-        if amount > state.tree.available(own, fr):
+        if amount > tree.available(node, fr):
             return False
     return True
 
 
 def _minimal_set(
-    state: ClusterState,
-    cq: ClusterQueue,
-    requests: Mapping[FlavorResource, int],
-    needed: frozenset[FlavorResource],
-    candidates: list[_Candidate],
-    allow_borrowing: bool,
+    search: _Search, candidates: list[_Candidate], allow_borrowing: bool
 ) -> list[_Candidate]:
     removed: list[_Candidate] = []
     fitted = False
     for candidate in candidates:
-        if allow_borrowing and candidate.variant is Variant.RECLAIM_WITHOUT_BORROWING:
+        if not _still_valid(search, candidate, allow_borrowing):
             continue
-        if not _still_valid(state, candidate, needed):
-            continue
-        _remove(state, candidate)
+        search.state.release(candidate.workload.key)
         removed.append(candidate)
-        if _fits(state, cq, requests, allow_borrowing):
+        if _fits(search, allow_borrowing):
             fitted = True
             break
     if not fitted:
-        for candidate in reversed(removed):
-            _restore(state, candidate)
+        _restore(search, removed)
         return []
     # Fill-back: from the second-to-last target back to the first, keep out only those needed.
     targets = [removed[-1]]
     for candidate in reversed(removed[:-1]):
-        _restore(state, candidate)
-        if _fits(state, cq, requests, allow_borrowing):
-            continue
-        _remove(state, candidate)
-        targets.append(candidate)
-    for candidate in targets:
-        _restore(state, candidate)
+        search.state.hold(candidate.workload)
+        if not _fits(search, allow_borrowing):
+            search.state.release(candidate.workload.key)
+            targets.append(candidate)
+    _restore(search, targets)
     targets.reverse()
     return targets
 
 
-def _remove(state: ClusterState, candidate: _Candidate) -> None:
-    state.release(candidate.workload.key)
-
-
-def _restore(state: ClusterState, candidate: _Candidate) -> None:
-    state.hold(candidate.workload)
+def _restore(search: _Search, candidates: list[_Candidate]) -> None:
+    for candidate in candidates:
+        search.state.hold(candidate.workload)

@@ -122,6 +122,10 @@ class QuotaTree:
         quota = self._nodes[key].quotas.get(fr)
         return quota.nominal if quota else 0
 
+    def borrowing_limit(self, key: NodeKey, fr: FlavorResource) -> int | None:
+        quota = self._nodes[key].quotas.get(fr)
+        return quota.borrowing_limit if quota else None
+
     def subtree_quota(self, key: NodeKey, fr: FlavorResource) -> int:
         return self._nodes[key].subtree_quota.get(fr, 0)
 
@@ -177,18 +181,33 @@ class QuotaTree:
 
     def borrowing_level(self, key: NodeKey, fr: FlavorResource, amount: int) -> int:
         """Height of the lowest subtree whose quota covers `amount` more (0: own quota)."""
+        return self.lowest_subtree_that_fits(key, fr, amount)[0]
+
+    def lowest_subtree_that_fits(
+        self, key: NodeKey, fr: FlavorResource, amount: int
+    ) -> tuple[int, bool]:
+        """Kueue `FindHeightOfLowestSubtreeThatFits`, at current usage.
+
+        Returns the height of the lowest node on the path to the root whose subtree quota
+        covers `amount` more (0 when the node's own quota does, the root's height when none
+        does), and whether that subtree is smaller than the whole cohort tree.
+        """
+        node = self._nodes[key]
+        if node.parent is None:
+            return 0, False
         if not self.is_borrowing(key, fr, amount):
-            return 0
+            return 0, True
         remaining = amount - self.local_available(key, fr)
-        ancestor = self._nodes[key].parent
-        level = 0
-        while ancestor is not None:
-            level = self._nodes[ancestor].height
+        for ancestor in self.ancestors(key):
             if not self.is_borrowing(ancestor, fr, remaining):
-                return level
+                return self._nodes[ancestor].height, self._nodes[ancestor].parent is not None
             remaining -= self.local_available(ancestor, fr)
-            ancestor = self._nodes[ancestor].parent
-        return level
+        return self._nodes[self.root(key)].height, False
+
+    def within_quota(self, key: NodeKey, frs: Iterable[FlavorResource]) -> bool:
+        """Kueue `IsWithinNominalInResources`: usage <= subtree quota on every one of `frs`."""
+        node = self._nodes[key]
+        return all(node.usage.get(fr, 0) <= node.subtree_quota.get(fr, 0) for fr in frs)
 
     def add(self, key: NodeKey, usage: Mapping[FlavorResource, int], sign: int = 1) -> None:
         """Charge (sign=1) or release (sign=-1) usage on a ClusterQueue and up its cohorts."""

@@ -18,7 +18,7 @@ class ClusterState:
         self.tree = QuotaTree(snapshot.cluster_queues, snapshot.cohorts)
         self.admitted: dict[str, Workload] = {}
         self.usage: dict[str, dict[FlavorResource, int]] = {}
-        self._by_root: dict[NodeKey, set[str]] = defaultdict(set)
+        self._by_root: dict[NodeKey, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         for workload in snapshot.workloads:
             if workload.admission is not None:
                 self.hold(workload)
@@ -39,16 +39,22 @@ class ClusterState:
         self.admitted[workload.key] = workload
         self.usage[workload.key] = usage
         self.tree.add(self.tree.cq(cq_name), usage)
-        self._by_root[self.root_of(cq_name)].add(workload.key)
+        self._by_root[self.root_of(cq_name)][cq_name].add(workload.key)
 
     def release(self, key: str) -> None:
         workload = self.admitted.pop(key)
         assert workload.admission is not None
         cq_name = workload.admission.cluster_queue
         self.tree.remove(self.tree.cq(cq_name), self.usage.pop(key))
-        self._by_root[self.root_of(cq_name)].discard(key)
+        self._by_root[self.root_of(cq_name)][cq_name].discard(key)
 
     def in_tree_of(self, cq_name: str) -> Iterator[Workload]:
         """Workloads holding quota anywhere in the cohort tree of `cq_name`."""
-        for key in self._by_root.get(self.root_of(cq_name), ()):
-            yield self.admitted[key]
+        for _, keys in self.queues_in_tree_of(cq_name):
+            yield from (self.admitted[key] for key in keys)
+
+    def queues_in_tree_of(self, cq_name: str) -> Iterator[tuple[str, set[str]]]:
+        """(ClusterQueue, keys of its workloads holding quota) over the tree of `cq_name`."""
+        for name, keys in self._by_root.get(self.root_of(cq_name), {}).items():
+            if keys:
+                yield name, keys

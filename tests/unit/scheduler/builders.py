@@ -61,7 +61,10 @@ def group(flavors: FlavorSpec) -> ResourceGroup:
         tuple(
             FlavorQuotas(
                 name,
-                {r: q if isinstance(q, ResourceQuota) else ResourceQuota(q) for r, q in res.items()},
+                {
+                    r: q if isinstance(q, ResourceQuota) else ResourceQuota(q)
+                    for r, q in res.items()
+                },
             )
             for name, res in flavors.items()
         ),
@@ -170,7 +173,7 @@ def admitted(
 ) -> Workload:
     """A workload holding quota in `queue`, every resource on `flavor`."""
     sets = (pod_set(gpu, count, requests=requests),)
-    assignment = PodSetAssignment("main", {r: flavor for r in sets[0].requests}, count)
+    assignment = PodSetAssignment("main", dict.fromkeys(sets[0].requests, flavor), count)
     return Workload(
         key,
         queue,
@@ -211,7 +214,9 @@ class Result:
         self.victims: dict[str, PreemptionReason] = {
             v.workload: v.reason for p in decisions.preemptions for v in p.victims
         }
-        self.preemptors = {p.preemptor: {v.workload for v in p.victims} for p in decisions.preemptions}
+        self.preemptors = {
+            p.preemptor: {v.workload for v in p.victims} for p in decisions.preemptions
+        }
         self.pending: dict[str, Pending] = {p.workload: p for p in decisions.pending}
 
     def flavor(self, key: str, resource: str = "gpu", pod_set: str = "main") -> str:

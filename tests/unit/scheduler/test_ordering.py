@@ -1,16 +1,16 @@
 """Which pending workload goes first: heads per ClusterQueue and the order of a cycle's entries.
 
-kueue-semantics §16 checklist items covered here:
-  1  test_one_head_per_cluster_queue_per_cycle
-     test_entry_within_nominal_quota_goes_before_a_borrowing_entry
-     test_lower_borrowing_level_goes_first_in_a_hierarchical_cohort
-     test_higher_priority_entry_goes_first_at_equal_borrowing_level
-     test_older_entry_goes_first_at_equal_priority
-     test_entries_of_different_queues_tie_break_by_creation_then_key
-  9  test_equal_priority_ties_break_by_creation_then_key
-     test_higher_priority_is_admitted_before_an_older_workload
-     test_default_priority_zero_outranks_negative_priority
-     test_queue_without_cohort_admits_in_priority_order_until_full
+Tests -> kueue-semantics §16 checklist items:
+  1   test_one_head_per_cluster_queue_per_cycle
+  1   test_entry_within_nominal_quota_goes_before_a_borrowing_entry
+  1   test_lower_borrowing_level_goes_first_in_a_hierarchical_cohort
+  1   test_higher_priority_entry_goes_first_at_equal_borrowing_level
+  1   test_older_entry_goes_first_at_equal_priority
+  1,9 test_entries_of_different_queues_tie_break_by_creation_then_key
+  9   test_equal_priority_ties_break_by_creation_then_key
+  9   test_higher_priority_is_admitted_before_an_older_workload
+  9   test_default_priority_zero_outranks_negative_priority
+  1,9 test_queue_without_cohort_admits_in_priority_order_until_full
 """
 
 from __future__ import annotations
@@ -62,7 +62,11 @@ def test_lower_borrowing_level_goes_first_in_a_hierarchical_cohort():
         cohort("ml", "org"),
         cohort("web", "org"),
     ]
-    queues = [gpu_cq("x", 2, cohort="ml"), gpu_cq("y", 0, cohort="ml"), gpu_cq("z", 0, cohort="web")]
+    queues = [
+        gpu_cq("x", 2, cohort="ml"),
+        gpu_cq("y", 0, cohort="ml"),
+        gpu_cq("z", 0, cohort="web"),
+    ]
     result = run(
         queues,
         [wl("y1", "y", 2, priority=0, created=9), wl("z1", "z", 4, priority=50, created=0)],
@@ -113,7 +117,9 @@ def test_equal_priority_ties_break_by_creation_then_key():
 
 
 def test_higher_priority_is_admitted_before_an_older_workload():
-    result = run([gpu_cq("a", 2)], [wl("old", "a", 2, created=0), wl("new", "a", 2, priority=1, created=9)])
+    result = run(
+        [gpu_cq("a", 2)], [wl("old", "a", 2, created=0), wl("new", "a", 2, priority=1, created=9)]
+    )
     assert result.admitted == ["new"]
     assert "old" in result.pending
 

@@ -7,13 +7,21 @@ The expected numbers are computed by hand in the comments from §5's definitions
   Available(node) = LocalAvailable + min(Available(parent), stored - usedInParent + borrowingLimit)
   PotentialAvailable(node) = min(localQuota + PotentialAvailable(parent), SubtreeQuota + limit)
 
-kueue-semantics §16 checklist items covered here:
-  1  test_borrowing_level_is_the_height_of_the_lowest_subtree_that_covers_the_request
-     test_admission_reports_whether_the_workload_borrows
-  2  test_two_workloads_can_borrow_in_the_same_cycle_if_the_cohort_has_room
-     test_cannot_borrow_what_an_earlier_entry_of_the_cycle_took
-  3  test_request_above_potential_available_exceeds_max_quota (NoFit, never preempts)
-(The arithmetic tests underpin every item; they have no checklist number of their own.)
+Tests -> kueue-semantics §16 checklist items ("§5" where no item is about it):
+  §5  test_flat_cohort_pools_unused_nominal_quota
+  §5  test_queue_without_cohort_only_has_its_nominal_quota
+  §5  test_borrowing_limit_caps_what_a_queue_can_take_from_the_cohort
+  §5  test_lending_limit_keeps_part_of_the_nominal_quota_private
+  §5  test_hierarchical_cohort_subtree_quota_and_availability
+  1   test_borrowing_level_is_the_height_of_the_lowest_subtree_that_covers_the_request
+  3   test_request_above_potential_available_exceeds_max_quota (NoFit: never preempts)
+  §5  test_request_within_potential_but_above_available_waits_for_quota
+  §5  test_lending_limit_means_other_queues_never_borrow_the_private_part
+  §5  test_cohort_own_quota_is_lent_to_its_members
+  1   test_admission_reports_whether_the_workload_borrows
+  2   test_two_workloads_can_borrow_in_the_same_cycle_if_the_cohort_has_room
+  2   test_cannot_borrow_what_an_earlier_entry_of_the_cycle_took
+  §5  test_borrowing_limit_applies_to_a_cohort_too
 """
 
 from __future__ import annotations
@@ -74,8 +82,10 @@ def test_queue_without_cohort_only_has_its_nominal_quota():
 
 def test_borrowing_limit_caps_what_a_queue_can_take_from_the_cohort():
     # a: nominal 4, borrowingLimit 2; b: nominal 6. team SubtreeQuota 10.
-    queues = [cq("a", {"default": {"gpu": quota(4 * GPU, borrow=2 * GPU)}}, cohort="team"),
-              gpu_cq("b", 6, cohort="team")]
+    queues = [
+        cq("a", {"default": {"gpu": quota(4 * GPU, borrow=2 * GPU)}}, cohort="team"),
+        gpu_cq("b", 6, cohort="team"),
+    ]
     t = tree(queues)
     # Potential(a) = min(0 + 10, 4 + 2) = 6.
     assert potential(t, "a") == 6
@@ -90,8 +100,10 @@ def test_borrowing_limit_caps_what_a_queue_can_take_from_the_cohort():
 def test_lending_limit_keeps_part_of_the_nominal_quota_private():
     # a: nominal 4, lendingLimit 1 -> localQuota 3, lends 1. b: nominal 6.
     # team SubtreeQuota = (4 - 3) + 6 = 7.
-    queues = [cq("a", {"default": {"gpu": quota(4 * GPU, lend=1 * GPU)}}, cohort="team"),
-              gpu_cq("b", 6, cohort="team")]
+    queues = [
+        cq("a", {"default": {"gpu": quota(4 * GPU, lend=1 * GPU)}}, cohort="team"),
+        gpu_cq("b", 6, cohort="team"),
+    ]
     t = tree(queues)
     assert t.subtree_quota(("cohort", "team"), FR) == 7 * GPU
     # Potential(a) = 3 + 7 = 10; Potential(b) = 0 + 7 = 7.
@@ -111,10 +123,16 @@ def test_hierarchical_cohort_subtree_quota_and_availability():
     # org (own 2) ── ml ── {a: 4, b: 2}
     #             └─ web ── {c: 4, lendingLimit 2}
     # SubtreeQuota: ml = 6; c's localQuota = 2 so web = 4 - 2 = 2; org = 2 + 6 + 2 = 10.
-    cohorts = [cohort("org", flavors={"default": {"gpu": 2 * GPU}}), cohort("ml", "org"),
-               cohort("web", "org")]
-    queues = [gpu_cq("a", 4, cohort="ml"), gpu_cq("b", 2, cohort="ml"),
-              cq("c", {"default": {"gpu": quota(4 * GPU, lend=2 * GPU)}}, cohort="web")]
+    cohorts = [
+        cohort("org", flavors={"default": {"gpu": 2 * GPU}}),
+        cohort("ml", "org"),
+        cohort("web", "org"),
+    ]
+    queues = [
+        gpu_cq("a", 4, cohort="ml"),
+        gpu_cq("b", 2, cohort="ml"),
+        cq("c", {"default": {"gpu": quota(4 * GPU, lend=2 * GPU)}}, cohort="web"),
+    ]
     t = tree(queues, cohorts)
     assert [t.subtree_quota(("cohort", n), FR) // GPU for n in ("ml", "web", "org")] == [6, 2, 10]
     # Potential(a) = 0 + 0 + 10 = 10 (c's private 2 is out of reach); Potential(c) = 2 + 10 = 12.
@@ -130,10 +148,16 @@ def test_hierarchical_cohort_subtree_quota_and_availability():
 
 def test_borrowing_level_is_the_height_of_the_lowest_subtree_that_covers_the_request():
     # Same tree as above, a uses 5, c uses 3.
-    cohorts = [cohort("org", flavors={"default": {"gpu": 2 * GPU}}), cohort("ml", "org"),
-               cohort("web", "org")]
-    queues = [gpu_cq("a", 4, cohort="ml"), gpu_cq("b", 2, cohort="ml"),
-              cq("c", {"default": {"gpu": quota(4 * GPU, lend=2 * GPU)}}, cohort="web")]
+    cohorts = [
+        cohort("org", flavors={"default": {"gpu": 2 * GPU}}),
+        cohort("ml", "org"),
+        cohort("web", "org"),
+    ]
+    queues = [
+        gpu_cq("a", 4, cohort="ml"),
+        gpu_cq("b", 2, cohort="ml"),
+        cq("c", {"default": {"gpu": quota(4 * GPU, lend=2 * GPU)}}, cohort="web"),
+    ]
     t = tree(queues, cohorts)
     use(t, "a", 5)
     use(t, "c", 3)
@@ -146,9 +170,16 @@ def test_borrowing_level_is_the_height_of_the_lowest_subtree_that_covers_the_req
 
 
 def test_request_above_potential_available_exceeds_max_quota():
-    queues = [cq("a", {"default": {"gpu": quota(4 * GPU, borrow=2 * GPU)}}, cohort="team",
-                 within=LOWER, reclaim=ANY),
-              gpu_cq("b", 6, cohort="team")]
+    queues = [
+        cq(
+            "a",
+            {"default": {"gpu": quota(4 * GPU, borrow=2 * GPU)}},
+            cohort="team",
+            within=LOWER,
+            reclaim=ANY,
+        ),
+        gpu_cq("b", 6, cohort="team"),
+    ]
     result = run(queues, [admitted("low", "a", 1, priority=-5), wl("big", "a", 7, priority=9)])
     assert result.admitted == []
     assert result.victims == {}
@@ -164,8 +195,10 @@ def test_request_within_potential_but_above_available_waits_for_quota():
 
 
 def test_lending_limit_means_other_queues_never_borrow_the_private_part():
-    queues = [cq("a", {"default": {"gpu": quota(4 * GPU, lend=1 * GPU)}}, cohort="team"),
-              gpu_cq("b", 2, cohort="team")]
+    queues = [
+        cq("a", {"default": {"gpu": quota(4 * GPU, lend=1 * GPU)}}, cohort="team"),
+        gpu_cq("b", 2, cohort="team"),
+    ]
     # b can reach 2 + 1 = 3 GPUs at most.
     assert run(queues, [wl("b3", "b", 3)]).admitted == ["b3"]
     assert run(queues, [wl("b4", "b", 4)]).reason("b4") == "ExceedsMaxQuota"
@@ -188,8 +221,11 @@ def test_admission_reports_whether_the_workload_borrows():
 
 def test_two_workloads_can_borrow_in_the_same_cycle_if_the_cohort_has_room():
     # a: 2, b: 2, c: 4 (idle). a1 and b1 each borrow 1; the cohort has 8.
-    queues = [gpu_cq("a", 2, cohort="team"), gpu_cq("b", 2, cohort="team"),
-              gpu_cq("c", 4, cohort="team")]
+    queues = [
+        gpu_cq("a", 2, cohort="team"),
+        gpu_cq("b", 2, cohort="team"),
+        gpu_cq("c", 4, cohort="team"),
+    ]
     result = run(queues, [wl("a1", "a", 3), wl("b1", "b", 3)])
     assert sorted(result.admitted) == ["a1", "b1"]
     assert result.decisions.cycles >= 1
@@ -205,8 +241,10 @@ def test_cannot_borrow_what_an_earlier_entry_of_the_cycle_took():
 
 def test_borrowing_limit_applies_to_a_cohort_too():
     # org ── team (borrowingLimit 1 on org's pool) ── {a: 2}; org owns 4 more GPUs.
-    cohorts = [cohort("org", flavors={"default": {"gpu": 4 * GPU}}),
-               cohort("team", "org", flavors={"default": {"gpu": quota(0, borrow=1 * GPU)}})]
+    cohorts = [
+        cohort("org", flavors={"default": {"gpu": 4 * GPU}}),
+        cohort("team", "org", flavors={"default": {"gpu": quota(0, borrow=1 * GPU)}}),
+    ]
     queues = [gpu_cq("a", 2, cohort="team")]
     t = tree(queues, cohorts)
     # Potential(team) = min(0 + 6, 2 + 1) = 3; Potential(a) = 0 + 3 = 3.
