@@ -111,13 +111,19 @@ class _Queues:
         return [w for _, w in self._heaps.get(cq_name, []) if w.key not in self.removed]
 
 
-def schedule(snapshot: Snapshot, max_cycles: int = MAX_CYCLES) -> Decisions:
-    """Run scheduling cycles until one makes no progress; return every decision taken."""
+def schedule(
+    snapshot: Snapshot, max_cycles: int = MAX_CYCLES, max_admissions: int | None = None
+) -> Decisions:
+    """Run scheduling cycles until one makes no progress; return every decision taken.
+
+    `max_admissions` models a Kueue whose API writes bound it (its client's QPS): once that
+    many workloads are admitted, the entries left in the cycle wait for the next call.
+    """
     state = ClusterState(snapshot)
     pending_workloads = [w for w in snapshot.workloads if w.admission is None]
-    run = _Run(state, snapshot, pending_workloads)
+    run = _Run(state, snapshot, pending_workloads, max_admissions)
     cycles = 0
-    while cycles < max_cycles:
+    while cycles < max_cycles and not run.spent():
         cycles += 1
         if not run.cycle():
             break
@@ -130,8 +136,15 @@ def schedule(snapshot: Snapshot, max_cycles: int = MAX_CYCLES) -> Decisions:
 
 
 class _Run:
-    def __init__(self, state: ClusterState, snapshot: Snapshot, pending: list[Workload]):
+    def __init__(
+        self,
+        state: ClusterState,
+        snapshot: Snapshot,
+        pending: list[Workload],
+        budget: int | None = None,
+    ):
         self.state = state
+        self.budget = budget
         self.admitted: list[Admit] = []
         self.preemptions: list[Preempt] = []
         self.pending: dict[str, Pending] = {}
@@ -160,6 +173,9 @@ class _Run:
             return Pending(workload.key, PendingReason.INACTIVE_CLUSTER_QUEUE, message, False)
         return None
 
+    def spent(self) -> bool:
+        return self.budget is not None and len(self.admitted) >= self.budget
+
     def cycle(self) -> bool:
         """One Kueue scheduling cycle; False when it admitted and parked nothing."""
         entries = [self._nominate(w) for w in self.queues.heads()]
@@ -174,6 +190,8 @@ class _Run:
         cycle = _Cycle()
         progress = False
         for entry in entries:
+            if self.spent():
+                break
             admitted = self._process(entry, cycle)
             if not admitted and entry.cq.queueing_strategy is QueueingStrategy.STRICT_FIFO:
                 self._block_behind(entry)

@@ -43,12 +43,14 @@ def lock_admission(cluster: Cluster) -> None:
     # SQLite: transactions begin IMMEDIATE (settings), so writers are already serialised.
 
 
-def admit_pending(cluster: Cluster, now: datetime) -> scheduler.Decisions:
+def admit_pending(
+    cluster: Cluster, now: datetime, max_admissions: int | None = None
+) -> scheduler.Decisions:
     """Run Kueue's scheduling cycles over the cluster and persist every decision."""
     with transaction.atomic():
         lock_admission(cluster)
         snap = load(cluster)
-        decisions = scheduler.schedule(snap.snapshot)
+        decisions = scheduler.schedule(snap.snapshot, max_admissions=max_admissions)
         _Writer(cluster, snap, now).write(decisions)
     return decisions
 

@@ -27,10 +27,19 @@ MAX_ROUNDS = 100
 TRAINING_KINDS = ("Job", "JobSet")
 
 
-def settle(cluster: Cluster, now: datetime) -> None:
+def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -> None:
+    """Admission and the simulated cluster, round after round, until nothing changes at `now`.
+
+    `max_admissions` caps admissions at this instant (see `scheduler.schedule`).
+    """
+    budget = max_admissions
     for _ in range(MAX_ROUNDS):
-        decisions = admission.admit_pending(cluster, now)
-        changed = bool(decisions.admitted or decisions.preemptions)
+        decisions = admission.admit_pending(cluster, now, budget)
+        if budget is not None:
+            budget = max(0, budget - len(decisions.admitted))
+        changed = bool(
+            decisions.admitted or decisions.preemptions or any(p.parked for p in decisions.pending)
+        )
         if not (_step(cluster, now) or changed):
             return
 

@@ -56,8 +56,12 @@ def apply(
     namespace: str | None = None,
     substitutions: Mapping[str, str] | None = None,
     simulation: Mapping[str, Mapping[str, Any]] | None = None,
+    admit: bool = True,
 ) -> list[Applied]:
-    """`kubectl apply`: validate every document first, then create or update all, atomically."""
+    """`kubectl apply`: validate every document first, then create or update all, atomically.
+
+    With `admit`, admission and the simulated cluster then run at `now` (see runtime.settle).
+    """
     documents = manifests.load_documents(
         text, source=source, default_namespace=namespace, substitutions=substitutions
     )
@@ -65,7 +69,8 @@ def apply(
     with transaction.atomic():
         lookups = _Lookups(cluster, documents)
         results = [_apply_one(lookups, plan, now, simulation or {}) for plan in plans]
-    runtime.settle(cluster, now)
+    if admit:
+        runtime.settle(cluster, now)
     return results
 
 

@@ -7,10 +7,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
+
 import scheduler as s
 from clusters.models import Cluster, Node
 from scheduler.model import NodeSelectorTerm
-from workloads.models import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
+from workloads.models import (
+    AdmissionCheck,
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    ResourceFlavor,
+    Workload,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,12 +195,32 @@ _WORKLOAD_COLUMNS = (
 )
 
 
+HEADS_PER_QUEUE = 50
+"""Pending workloads loaded per LocalQueue, in queue order. A call admits or parks at most
+this many per queue; `runtime.settle` calls again while that makes progress."""
+
+
+def _active_rows(cluster: Cluster) -> QuerySet[Workload]:
+    """Every workload holding quota, and the first pending ones of each LocalQueue."""
+    holding = Workload.objects.filter(cluster=cluster, phase__in=Workload.HOLDING_QUOTA)
+    ranked = Workload.objects.filter(
+        cluster=cluster, phase=Workload.Phase.PENDING, parked=False
+    ).annotate(
+        queue_rank=Window(
+            RowNumber(),
+            partition_by=[F("namespace"), F("queue_name")],
+            order_by=[F("preempting").desc(), F("priority").desc(), F("queued_at"), F("name")],
+        )
+    )
+    heads = ranked.filter(queue_rank__lte=HEADS_PER_QUEUE).values("pk")
+    return Workload.objects.filter(Q(pk__in=holding.values("pk")) | Q(pk__in=heads))
+
+
 def _workloads(
     cluster: Cluster, cq_by_queue: Mapping[tuple[str, str], str]
 ) -> tuple[list[s.Workload], dict[str, int], dict[str, tuple[str, str, bool]]]:
     workloads, ids, pending_state = [], {}, {}
-    rows = Workload.objects.filter(cluster=cluster, phase__in=Workload.ACTIVE_PHASES)
-    for row in rows.values_list(*_WORKLOAD_COLUMNS):
+    for row in _active_rows(cluster).values_list(*_WORKLOAD_COLUMNS):
         (pk, namespace, name, queue, priority, queued_at, sets, admitted, reserved_at) = row[:9]
         (evicting, preempting, parked, phase, reason, message) = row[9:]
         key = f"{namespace}/{name}"
@@ -216,7 +246,6 @@ def _workloads(
 
 def load(cluster: Cluster) -> ClusterSnapshot:
     """Queues, flavors, cohorts and every active workload of a cluster: six queries."""
-    from workloads.models import AdmissionCheck
 
     known_checks = set(
         AdmissionCheck.objects.filter(cluster=cluster).values_list("name", flat=True)

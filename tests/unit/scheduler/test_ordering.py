@@ -15,7 +15,18 @@ Tests -> kueue-semantics §16 checklist items:
 
 from __future__ import annotations
 
-from tests.unit.scheduler.builders import GPU, admitted, cohort, cq, gpu_cq, run, wl
+from scheduler import schedule
+from tests.unit.scheduler.builders import (
+    GPU,
+    Result,
+    admitted,
+    cohort,
+    cq,
+    gpu_cq,
+    run,
+    snapshot,
+    wl,
+)
 
 
 def test_one_head_per_cluster_queue_per_cycle():
@@ -139,3 +150,13 @@ def test_queue_without_cohort_admits_in_priority_order_until_full():
     )
     assert result.admitted == ["w4", "w3", "w2"]
     assert set(result.pending) == {"w1", "w0"}
+
+
+def test_admission_budget_stops_admitting_in_queue_order_and_leaves_the_rest_for_later():
+    # An API-bound Kueue (max_admissions) admits the best entries first; the rest stay pending,
+    # undecided, for the next call.
+    queue = gpu_cq("a", 8)
+    workloads = [wl(f"w{i}", "a", 1, priority=i, created=i) for i in range(5)]
+    result = Result(schedule(snapshot([queue], workloads), max_admissions=2))
+    assert result.admitted == ["w4", "w3"]
+    assert not {"w0", "w1", "w2"} & set(result.admitted)
