@@ -163,9 +163,12 @@ class _Runner:
             ),
         }
         try:
-            # A savepoint: a refused step changes nothing, the scenario goes on.
-            with transaction.atomic():
-                handlers[action](step[action])
+            if action == "apply":
+                handlers[action](step[action])  # atomic itself, and records its refusal
+            else:
+                # A savepoint: a refused step changes nothing, the scenario goes on.
+                with transaction.atomic():
+                    handlers[action](step[action])
         except (ManifestError, services.ObjectNotFound, QuantityError, ValueError) as error:
             raise StepError(str(error)) from error
 

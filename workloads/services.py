@@ -62,13 +62,28 @@ def apply(
 
     With `admit`, admission and the simulated cluster then run at `now` (see runtime.settle).
     """
-    documents = manifests.load_documents(
-        text, source=source, default_namespace=namespace, substitutions=substitutions
-    )
-    plans = [_plan(doc) for doc in documents]
-    with transaction.atomic():
-        lookups = _Lookups(cluster, documents)
-        results = [_apply_one(lookups, plan, now, simulation or {}) for plan in plans]
+    try:
+        documents = manifests.load_documents(
+            text, source=source, default_namespace=namespace, substitutions=substitutions
+        )
+        plans = [_plan(doc) for doc in documents]
+        with transaction.atomic():
+            lookups = _Lookups(cluster, documents)
+            results = [_apply_one(lookups, plan, now, simulation or {}) for plan in plans]
+    except ManifestError as error:
+        # Nothing of the request was stored; the refusal itself is part of the history.
+        record_event(
+            "workload.rejected",
+            at=now,
+            cluster=cluster.name,
+            namespace=namespace or "",
+            object_key=error.object or "",
+            message=str(error),
+            source=error.source,
+            document=error.document,
+            path=error.path,
+        )
+        raise
     if admit:
         runtime.settle(cluster, now)
     return results

@@ -89,3 +89,28 @@ def test_replay_exits_non_zero_when_an_expectation_fails(tmp_path):
     )
     with pytest.raises(CommandError, match="failed: wrong"):
         call_command("replay", str(scenario), stdout=StringIO())
+
+
+def test_a_rejected_apply_is_reported_and_recorded_but_changes_nothing(tmp_path):
+    scenario = tmp_path / "rejected.yaml"
+    scenario.write_text(
+        "name: rejected\n"
+        "cluster: {name: c, nodePools: [{name: p, machineType: g2-standard-24, nodes: 1}]}\n"
+        "steps:\n"
+        "  - apply:\n"
+        "      manifest: |\n"
+        "        apiVersion: batch/v1\n"
+        "        kind: Job\n"
+        "        metadata: {name: train, labels: {kueue.x-k8s.io/queue-name: missing}}\n"
+        "        spec:\n"
+        "          template:\n"
+        "            spec:\n"
+        "              containers: [{name: c, image: i}]\n"
+        "    namespace: llm\n"
+        "    expectRejected: true\n"
+    )
+    (report,) = replay_json(scenario)
+    assert report["ok"] is True
+    assert "missing" in report["steps"][0]["error"]
+    assert report["steps"][0]["objects"] == {}
+    assert [e["kind"] for e in report["events"]][-1] == "workload.rejected"
