@@ -55,8 +55,11 @@ def _step(cluster: Cluster, now: datetime) -> bool:
         changed = stop_evicted(cluster, now)
         changed |= _promote_checked(cluster, now)
         changed |= _bind_pods(cluster, now)
-        changed |= _ready_pods(cluster, now)
-        changed |= _progress_training(cluster, now)
+        became_ready = _ready_pods(cluster, now)
+        # Training starts when a job's last pod becomes ready, and only then.
+        if became_ready:
+            changed |= _start_training(cluster)
+        changed |= became_ready | _progress_training(cluster, now)
     return changed
 
 
@@ -139,6 +142,9 @@ def _promote_checked(cluster: Cluster, now: datetime) -> bool:
 
 
 def _bind_pods(cluster: Cluster, now: datetime) -> bool:
+    nodes = {n.name: n for n in Node.objects.filter(cluster=cluster, ready=True)}
+    if not nodes:
+        return False
     waiting = list(
         Pod.objects.filter(cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=True)
         .select_related("owner")
@@ -146,7 +152,6 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
     )
     if not waiting:
         return False
-    nodes = {n.name: n for n in Node.objects.filter(cluster=cluster)}
     used: dict[str, dict[str, int]] = defaultdict(dict)
     for pod in Pod.objects.filter(cluster=cluster, node__isnull=False).select_related("node"):
         assert pod.node is not None
@@ -203,7 +208,7 @@ def _training_rows(cluster: Cluster, *, started: bool) -> list[Workload]:
 
 
 def _progress_training(cluster: Cluster, now: datetime) -> bool:
-    changed = _start_training(cluster)
+    changed = False
     done = []
     for row in _training_rows(cluster, started=True):
         changed |= _checkpoint(row, now)

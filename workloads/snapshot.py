@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from django.db.models import F, Q, QuerySet, Window
-from django.db.models.functions import RowNumber
+from django.db.models import F, Q, QuerySet, TextField, Window
+from django.db.models.functions import Cast, RowNumber
 
 import scheduler as s
 from clusters.models import Cluster, Node
@@ -86,18 +87,20 @@ def pod_set(data: Mapping[str, Any], count: int | None = None) -> s.PodSet:
     )
 
 
-@lru_cache(maxsize=4096)
-def _pod_sets_cached(frozen: str) -> tuple[s.PodSet, ...]:
-    import json
-
-    return tuple(pod_set(p) for p in json.loads(frozen))
-
-
 def pod_sets(data: Sequence[Mapping[str, Any]]) -> tuple[s.PodSet, ...]:
-    import json
+    return tuple(pod_set(p) for p in data)
 
-    # Thousands of workloads share a handful of shapes: convert each shape once.
-    return _pod_sets_cached(json.dumps(data, sort_keys=True))
+
+# Thousands of workloads share a handful of shapes and admissions: the snapshot reads their
+# JSON as text and converts each distinct text once.
+@lru_cache(maxsize=4096)
+def _pod_sets_from_text(text: str) -> tuple[s.PodSet, ...]:
+    return pod_sets(json.loads(text))
+
+
+@lru_cache(maxsize=4096)
+def _admission_from_text(text: str | None) -> s.Admission | None:
+    return admission(json.loads(text)) if text else None
 
 
 def admission(data: Mapping[str, Any] | None) -> s.Admission | None:
@@ -183,8 +186,8 @@ _WORKLOAD_COLUMNS = (
     "queue_name",
     "priority",
     "queued_at",
-    "pod_sets",
-    "admission",
+    "pod_sets_text",
+    "admission_text",
     "quota_reserved_at",
     "evicting",
     "preempting",
@@ -195,7 +198,7 @@ _WORKLOAD_COLUMNS = (
 )
 
 
-HEADS_PER_QUEUE = 50
+HEADS_PER_QUEUE = 16
 """Pending workloads loaded per LocalQueue, in queue order. A call admits or parks at most
 this many per queue; `runtime.settle` calls again while that makes progress."""
 
@@ -220,7 +223,10 @@ def _workloads(
     cluster: Cluster, cq_by_queue: Mapping[tuple[str, str], str]
 ) -> tuple[list[s.Workload], dict[str, int], dict[str, tuple[str, str, bool]]]:
     workloads, ids, pending_state = [], {}, {}
-    for row in _active_rows(cluster).values_list(*_WORKLOAD_COLUMNS):
+    rows = _active_rows(cluster).annotate(
+        pod_sets_text=Cast("pod_sets", TextField()), admission_text=Cast("admission", TextField())
+    )
+    for row in rows.values_list(*_WORKLOAD_COLUMNS):
         (pk, namespace, name, queue, priority, queued_at, sets, admitted, reserved_at) = row[:9]
         (evicting, preempting, parked, phase, reason, message) = row[9:]
         key = f"{namespace}/{name}"
@@ -233,8 +239,8 @@ def _workloads(
                 cluster_queue=cq_by_queue.get((namespace, queue)),
                 priority=priority,
                 created=queued_at.timestamp(),
-                pod_sets=pod_sets(sets),
-                admission=admission(admitted),
+                pod_sets=_pod_sets_from_text(sets),
+                admission=_admission_from_text(admitted),
                 quota_reserved_at=reserved_at.timestamp() if reserved_at else None,
                 evicting=evicting,
                 preempting=preempting,
