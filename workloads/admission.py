@@ -118,7 +118,10 @@ class _Writer:
         for victim in preempt.victims:
             row = rows[victim.workload]
             Workload.objects.filter(pk=row.pk).update(
-                evicting=True, eviction_reason="Preempted", preemptions=F("preemptions") + 1
+                evicting=True,
+                eviction_reason="Preempted",
+                preemption_reason=victim.reason.value,
+                preemptions=F("preemptions") + 1,
             )
             KubeObject.objects.filter(pk=row.owner_id).update(preemptions=F("preemptions") + 1)
             self.events.append(

@@ -192,6 +192,7 @@ class Workload(models.Model):
     preempting = models.BooleanField(default=False, help_text="Waiting for its victims to stop")
     evicting = models.BooleanField(default=False, help_text="Evicted; pods still stopping")
     eviction_reason = models.CharField(max_length=64, blank=True)
+    preemption_reason = models.CharField(max_length=64, blank=True, help_text="Latest one")
     admissions = models.PositiveIntegerField(default=0)
     preemptions = models.PositiveIntegerField(default=0)
     # Simulated training progress (Jobs and JobSets).
@@ -211,6 +212,37 @@ class Workload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def conditions(self) -> list[dict[str, str]]:
+        """Kueue's status conditions, derived from the fields that decide them (§15)."""
+
+        def condition(kind: str, holds: bool, reason: str, message: str = "") -> dict[str, str]:
+            status = "True" if holds else "False"
+            return {"type": kind, "status": status, "reason": reason, "message": message}
+
+        reserved = self.phase in self.HOLDING_QUOTA
+        result = [
+            condition(
+                "QuotaReserved",
+                reserved,
+                "QuotaReserved" if reserved else self.pending_reason or "Pending",
+                f"Quota reserved in ClusterQueue {self.cluster_queue_name}"
+                if reserved
+                else self.pending_message,
+            ),
+            condition(
+                "Admitted",
+                self.phase == self.Phase.ADMITTED,
+                "Admitted" if self.phase == self.Phase.ADMITTED else "NoReservation",
+            ),
+        ]
+        if self.preemptions:
+            result.append(condition("Preempted", self.evicting, self.preemption_reason))
+            result.append(condition("Requeued", not self.evicting, "Preempted"))
+        if self.phase in (self.Phase.FINISHED, self.Phase.FAILED):
+            result.append(condition("Finished", True, self.phase))
+        return result
 
     @property
     def assignments(self) -> list[dict[str, Any]]:
