@@ -80,23 +80,36 @@ def create_gated(row: Workload, now: datetime) -> None:
 
 
 def create_unmanaged(
-    owner: KubeObject, pod_sets: Sequence[Mapping[str, Any]], replicas: int, now: datetime
+    owner: KubeObject, pod_sets: Sequence[Mapping[str, Any]], replicas: range, now: datetime
 ) -> None:
     """Pods of an object without a queue-name label go straight to kube-scheduler."""
-    for replica in range(replicas):
-        for pod_set in pod_sets:
-            for name in pod_names(owner, pod_set["name"], pod_set["count"], replica):
-                Pod.objects.create(
-                    cluster_id=owner.cluster_id,
-                    owner=owner,
-                    name=name,
-                    namespace=owner.namespace,
-                    pod_set=pod_set["name"],
-                    replica_index=replica,
-                    phase=Pod.Phase.PENDING,
-                    scheduling=scheduling(pod_set),
-                    created_at=now,
-                )
+    Pod.objects.bulk_create(
+        Pod(
+            cluster_id=owner.cluster_id,
+            owner=owner,
+            name=name,
+            namespace=owner.namespace,
+            pod_set=pod_set["name"],
+            replica_index=replica,
+            phase=Pod.Phase.PENDING,
+            scheduling=scheduling(pod_set),
+            created_at=now,
+        )
+        for replica in replicas
+        for pod_set in pod_sets
+        for name in pod_names(owner, pod_set["name"], pod_set["count"], replica, now.timestamp())
+    )
+
+
+def scale_down_order(pods: Sequence[Pod]) -> tuple[int, float]:
+    """ReplicaSet scale-down: unplaced pods first, then not ready, then the newest."""
+    if not pods or any(p.node_id is None for p in pods):
+        rank = 0
+    elif not all(p.ready for p in pods):
+        rank = 1
+    else:
+        rank = 2
+    return rank, -max(p.bound_at or p.created_at for p in pods).timestamp()
 
 
 def _flavor_specs(rows: Sequence[Workload]) -> dict[str, dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -19,6 +20,7 @@ from workloads.models import (
     QUEUE_MODELS,
     KubeObject,
     LocalQueue,
+    Pod,
     PriorityClass,
     Workload,
     WorkloadPriorityClass,
@@ -335,7 +337,7 @@ def _create_workloads(
 ) -> None:
     pod_sets = [asdict(p) for p in shape.pod_sets]
     if not shape.queue_name:
-        pods.create_unmanaged(obj, pod_sets, len(replicas), now)
+        pods.create_unmanaged(obj, pod_sets, replicas, now)
         return
     priority, priority_class = _priority(lookups, obj, shape)
     indexes = replicas if shape.per_replica else range(1)
@@ -407,17 +409,28 @@ def _scale_to(
     )
     shape = manifests.workload_shape(doc)
     assert shape is not None
-    current = list(obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES))
-    before = len(current) if shape.queue_name else obj.pods.count()
+    # A replica is a workload (queued) or a group of pods sharing a replica index (unqueued).
+    replicas_now: dict[int, list[Pod]] = defaultdict(list)
+    for pod in obj.pods.filter(
+        phase__in=(Pod.Phase.SCHEDULING_GATED, Pod.Phase.PENDING, Pod.Phase.RUNNING)
+    ):
+        replicas_now[pod.replica_index].append(pod)
+    current = {w.replica_index: w for w in obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES)}
+    indexes = set(current) if shape.queue_name else set(replicas_now)
+    before = len(indexes)
     obj.manifest = body
     obj.updated_at = now
     obj.save(update_fields=["manifest", "updated_at"])
     if replicas > before:
-        start = max((w.replica_index for w in current), default=-1) + 1
+        start = max(indexes, default=-1) + 1
         _create_workloads(obj, shape, range(start, start + replicas - before), now, lookups)
     elif replicas < before:
-        for row in sorted(current, key=_scale_down_order)[: before - replicas]:
-            _remove(row, now)
+        ranked = sorted(indexes, key=lambda i: pods.scale_down_order(replicas_now.get(i, [])))
+        for index in ranked[: before - replicas]:
+            if index in current:
+                _remove(current[index], now)
+            else:
+                Pod.objects.filter(pk__in=[p.pk for p in replicas_now[index]]).delete()
         runtime.unpark(obj.cluster)
     object_event(
         "workload.scaled",
@@ -427,18 +440,6 @@ def _scale_to(
         previous=before,
         message=f"{obj.key} scaled from {before} to {replicas} replicas",
     )
-
-
-def _scale_down_order(row: Workload) -> tuple[int, float]:
-    """ReplicaSet scale-down: gated or unplaced pods first, then not ready, then newest."""
-    states = list(row.pods.values_list("node_id", "ready"))
-    if not states or any(node is None for node, _ in states):
-        rank = 0
-    elif not all(ready for _, ready in states):
-        rank = 1
-    else:
-        rank = 2
-    return rank, -(row.admitted_at or row.queued_at).timestamp()
 
 
 def _remove(row: Workload, now: datetime) -> None:

@@ -114,3 +114,11 @@ def test_a_rejected_apply_is_reported_and_recorded_but_changes_nothing(tmp_path)
     assert "missing" in report["steps"][0]["error"]
     assert report["steps"][0]["objects"] == {}
     assert [e["kind"] for e in report["events"]][-1] == "workload.rejected"
+
+
+def test_jetstream_seed_scenario_passes():
+    (report,) = replay_json(SHARED / "scenarios" / "seed-tpu-v5e-jetstream.yaml")
+    assert [f for step in report["steps"] for f in step["failures"]] == []
+    final = report["steps"][-1]["objects"]["Deployment/default/jetstream-pytorch-server"]
+    assert final["running"] == 2
+    assert final["pools"] == ["tpu-nodepool"]
