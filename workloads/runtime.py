@@ -207,6 +207,11 @@ def _training_rows(cluster: Cluster, *, started: bool) -> list[Workload]:
     return list(rows)
 
 
+def _last_checkpoint(row: Workload) -> int:
+    """The step annotated by `_training_rows` (0 before any checkpoint)."""
+    return int(getattr(row, "last_checkpoint", None) or 0)
+
+
 def _progress_training(cluster: Cluster, now: datetime) -> bool:
     changed = False
     done = []
@@ -253,7 +258,7 @@ def _checkpoint(row: Workload, now: datetime) -> bool:
     every = _sim(row)["checkpoint_every"]
     if not every:
         return False
-    last = max(row.last_checkpoint or 0, row.start_step)
+    last = max(_last_checkpoint(row), row.start_step)
     reached = current_step(row, now)
     steps = range((last // every + 1) * every, reached + 1, every)
     for step in steps:
@@ -305,7 +310,7 @@ def next_event_at(cluster: Cluster) -> datetime | None:
         sim = _sim(row)
         candidates = []
         if sim["checkpoint_every"]:
-            done = max(row.last_checkpoint or 0, row.start_step)
+            done = max(_last_checkpoint(row), row.start_step)
             candidates.append((done // sim["checkpoint_every"] + 1) * sim["checkpoint_every"])
         if sim["total_steps"]:
             candidates.append(sim["total_steps"])
