@@ -130,17 +130,16 @@ def reconcile_cluster(cluster_id: int) -> Progress:
 
 
 def _fail_cluster(cluster: Cluster, message: str) -> None:
+    _fail(Cluster, cluster.pk, "cluster.failed", cluster.name, f"Cluster/{cluster.name}", message)
+
+
+def _fail(
+    model: type[Cluster] | type[NodePool], pk: int, kind: str, cluster: str, key: str, message: str
+) -> None:
+    """The provider refused for good: the row says why, and so does an event."""
     with transaction.atomic():
-        Cluster.objects.filter(pk=cluster.pk).update(
-            status=Cluster.Status.ERROR, status_message=message
-        )
-        record_event(
-            "cluster.failed",
-            at=timezone.now(),
-            cluster=cluster.name,
-            object_key=f"Cluster/{cluster.name}",
-            message=message,
-        )
+        model.objects.filter(pk=pk).update(status="ERROR", status_message=message)
+        record_event(kind, at=timezone.now(), cluster=cluster, object_key=key, message=message)
 
 
 def reconcile_node_pool(pool_id: int) -> Progress:
@@ -199,17 +198,8 @@ def _create_nodes(
 
 
 def _fail_node_pool(pool: NodePool, message: str) -> None:
-    with transaction.atomic():
-        NodePool.objects.filter(pk=pool.pk).update(
-            status=NodePool.Status.ERROR, status_message=message
-        )
-        record_event(
-            "node_pool.failed",
-            at=timezone.now(),
-            cluster=pool.cluster.name,
-            object_key=f"NodePool/{pool.cluster.name}/{pool.name}",
-            message=message,
-        )
+    key = f"NodePool/{pool.cluster.name}/{pool.name}"
+    _fail(NodePool, pool.pk, "node_pool.failed", pool.cluster.name, key, message)
 
 
 def provision_now(

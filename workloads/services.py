@@ -378,27 +378,8 @@ def get_object(cluster: Cluster, kind: str, namespace: str, name: str) -> KubeOb
     return obj
 
 
-def scale(obj: KubeObject, replicas: int, now: datetime) -> None:
-    """`kubectl scale` for Deployments and LeaderWorkerSets."""
-    doc = Document(
-        source="scale",
-        index=1,
-        api_version=obj.api_version,
-        kind=obj.kind,
-        name=obj.name,
-        namespace=obj.namespace or None,
-        body=obj.manifest,
-    )
-    body = manifests.scale(doc, replicas)
-    with transaction.atomic():
-        _scale_to(obj, replicas, now, body, _Lookups(obj.cluster, []))
-    runtime.settle(obj.cluster, now)
-
-
-def _scale_to(
-    obj: KubeObject, replicas: int, now: datetime, body: dict[str, Any], lookups: _Lookups
-) -> None:
-    doc = Document(
+def _as_document(obj: KubeObject, body: dict[str, Any]) -> Document:
+    return Document(
         source="scale",
         index=1,
         api_version=obj.api_version,
@@ -407,7 +388,20 @@ def _scale_to(
         namespace=obj.namespace or None,
         body=body,
     )
-    shape = manifests.workload_shape(doc)
+
+
+def scale(obj: KubeObject, replicas: int, now: datetime) -> None:
+    """`kubectl scale` for Deployments and LeaderWorkerSets."""
+    body = manifests.scale(_as_document(obj, obj.manifest), replicas)
+    with transaction.atomic():
+        _scale_to(obj, replicas, now, body, _Lookups(obj.cluster, []))
+    runtime.settle(obj.cluster, now)
+
+
+def _scale_to(
+    obj: KubeObject, replicas: int, now: datetime, body: dict[str, Any], lookups: _Lookups
+) -> None:
+    shape = manifests.workload_shape(_as_document(obj, body))
     assert shape is not None
     # A replica is a workload (queued) or a group of pods sharing a replica index (unqueued).
     replicas_now: dict[int, list[Pod]] = defaultdict(list)
