@@ -34,12 +34,16 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
     """
     budget = max_admissions
     for _ in range(MAX_ROUNDS):
-        decisions = admission.admit_pending(cluster, now, budget)
-        if budget is not None:
-            budget = max(0, budget - len(decisions.admitted))
-        changed = bool(
-            decisions.admitted or decisions.preemptions or any(p.parked for p in decisions.pending)
-        )
+        changed = False
+        if budget is None or budget > 0:
+            decisions = admission.admit_pending(cluster, now, budget)
+            if budget is not None:
+                budget -= len(decisions.admitted)
+            changed = bool(
+                decisions.admitted
+                or decisions.preemptions
+                or any(p.parked for p in decisions.pending)
+            )
         if not (_step(cluster, now) or changed):
             return
 

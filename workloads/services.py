@@ -186,7 +186,7 @@ def _apply_one(
         message=f"{obj.key} {action}",
     )
     if plan.shape is not None:
-        _create_workloads(obj, plan.shape, range(plan.shape.replicas), now, lookups)
+        _create_workloads(obj, plan.shape, range(plan.shape.replicas), now, lookups, doc)
     return Applied(doc.key, action)
 
 
@@ -245,7 +245,7 @@ def _check_queue(lookups: _Lookups, doc: Document, shape: WorkloadShape) -> None
             f"LocalQueue {shape.queue_name!r} does not exist in namespace {doc.namespace!r}",
             source=doc.source,
             document=doc.index,
-            object=f"{doc.kind} {doc.namespace}/{doc.name}",
+            object=doc.title,
             path="metadata.labels[kueue.x-k8s.io/queue-name]",
             value=shape.queue_name,
         )
@@ -279,19 +279,32 @@ def _simulation(
 
 
 def _sim_value(field: str, value: Any, doc: Document, name: str) -> float | int:
+    """A simulation setting the clock can run: durations, a positive step time, counts >= 0."""
     try:
         if field in ("startup", "step_time"):
-            return parse_duration(value)
-        return int(value)
+            number: float | int = parse_duration(value)
+        elif isinstance(value, bool) or int(value) != float(value):
+            raise ValueError(value)
+        else:
+            number = int(value)
     except (TypeError, ValueError):
-        raise ManifestError(
-            f"invalid simulation value {value!r}",
-            source=doc.source,
-            document=doc.index,
-            object=doc.key,
-            path=f"simulation.{name}",
-            value=value,
-        ) from None
+        raise _invalid_simulation(doc, name, value, "is not a duration or a whole number") from None
+    if number < 0 or (field == "step_time" and number == 0):
+        raise _invalid_simulation(
+            doc, name, value, "must be positive" if field == "step_time" else "must not be negative"
+        )
+    return number
+
+
+def _invalid_simulation(doc: Document, name: str, value: Any, problem: str) -> ManifestError:
+    return ManifestError(
+        f"{value!r} {problem}",
+        source=doc.source,
+        document=doc.index,
+        object=doc.title,
+        path=f"simulation.{name}",
+        value=value,
+    )
 
 
 def _only_replicas_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -302,7 +315,7 @@ def _only_replicas_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bo
     return without_replicas(old) == without_replicas(new)
 
 
-def _priority(lookups: _Lookups, obj: KubeObject, shape: WorkloadShape) -> tuple[int, str]:
+def _priority(lookups: _Lookups, doc: Document, shape: WorkloadShape) -> tuple[int, str]:
     """Kueue's order: WorkloadPriorityClass label, pod PriorityClass, global default, 0."""
     sources = (
         (
@@ -316,30 +329,35 @@ def _priority(lookups: _Lookups, obj: KubeObject, shape: WorkloadShape) -> tuple
         if name:
             value = lookups.priority(kind, name)
             if value is None:
-                raise _missing_priority(obj, path, name, kind)
+                raise _missing_priority(doc, path, name, kind)
             return value, name
     return lookups.default_priority()
 
 
-def _missing_priority(obj: KubeObject, path: str, name: str, kind: str) -> ManifestError:
+def _missing_priority(doc: Document, path: str, name: str, kind: str) -> ManifestError:
     return ManifestError(
         f"{kind} {name!r} does not exist",
-        source="request",
-        document=None,
-        object=obj.key,
+        source=doc.source,
+        document=doc.index,
+        object=doc.title,
         path=path,
         value=name,
     )
 
 
 def _create_workloads(
-    obj: KubeObject, shape: WorkloadShape, replicas: range, now: datetime, lookups: _Lookups
+    obj: KubeObject,
+    shape: WorkloadShape,
+    replicas: range,
+    now: datetime,
+    lookups: _Lookups,
+    doc: Document,
 ) -> None:
     pod_sets = [asdict(p) for p in shape.pod_sets]
     if not shape.queue_name:
         pods.create_unmanaged(obj, pod_sets, replicas, now)
         return
-    priority, priority_class = _priority(lookups, obj, shape)
+    priority, priority_class = _priority(lookups, doc, shape)
     indexes = replicas if shape.per_replica else range(1)
     for index in indexes:
         suffix = pods.short_hash(obj.pk, obj.generation, index, now.timestamp())
@@ -417,7 +435,8 @@ def _scale_to(
     obj.save(update_fields=["manifest", "updated_at"])
     if replicas > before:
         start = max(indexes, default=-1) + 1
-        _create_workloads(obj, shape, range(start, start + replicas - before), now, lookups)
+        new = range(start, start + replicas - before)
+        _create_workloads(obj, shape, new, now, lookups, _as_document(obj, body))
     elif replicas < before:
         ranked = sorted(indexes, key=lambda i: pods.scale_down_order(replicas_now.get(i, [])))
         for index in ranked[: before - replicas]:

@@ -220,8 +220,11 @@ def _active_rows(cluster: Cluster) -> QuerySet[Workload]:
 
 
 def _workloads(
-    cluster: Cluster, cq_by_queue: Mapping[tuple[str, str], str]
+    cluster: Cluster,
+    cq_by_queue: Mapping[tuple[str, str], str],
+    stopped: set[tuple[str, str]],
 ) -> tuple[list[s.Workload], dict[str, int], dict[str, tuple[str, str, bool]]]:
+    """Scheduler workloads; pending ones of a stopped LocalQueue (stopPolicy) are held back."""
     workloads, ids, pending_state = [], {}, {}
     rows = _active_rows(cluster).annotate(
         pod_sets_text=Cast("pod_sets", TextField()), admission_text=Cast("admission", TextField())
@@ -229,6 +232,8 @@ def _workloads(
     for row in rows.values_list(*_WORKLOAD_COLUMNS):
         (pk, namespace, name, queue, priority, queued_at, sets, admitted, reserved_at) = row[:9]
         (evicting, preempting, parked, phase, reason, message) = row[9:]
+        if phase == Workload.Phase.PENDING and (namespace, queue) in stopped:
+            continue
         key = f"{namespace}/{name}"
         ids[key] = pk
         if phase == Workload.Phase.PENDING:
@@ -269,13 +274,14 @@ def load(cluster: Cluster) -> ClusterSnapshot:
     flavors = {
         row.name: resource_flavor(row) for row in ResourceFlavor.objects.filter(cluster=cluster)
     }
-    cq_by_queue = {
-        (ns, name): cq
-        for ns, name, cq in LocalQueue.objects.filter(cluster=cluster).values_list(
-            "namespace", "name", "cluster_queue_name"
-        )
-    }
-    workloads, ids, pending_state = _workloads(cluster, cq_by_queue)
+    cq_by_queue, stopped = {}, set()
+    for ns, name, cq, spec in LocalQueue.objects.filter(cluster=cluster).values_list(
+        "namespace", "name", "cluster_queue_name", "spec"
+    ):
+        cq_by_queue[(ns, name)] = cq
+        if (spec.get("stop_policy") or "None") != "None":
+            stopped.add((ns, name))
+    workloads, ids, pending_state = _workloads(cluster, cq_by_queue, stopped)
     snapshot = s.Snapshot(
         cluster_queues=cqs, cohorts=cohorts, flavors=flavors, workloads=tuple(workloads)
     )
