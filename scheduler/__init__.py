@@ -2,7 +2,8 @@
 
 Give `schedule` a `Snapshot` of queues, flavors and workloads; it returns `Decisions`
 (admit with flavor assignment, preempt victims for a preemptor, or pending with a reason).
-`place` binds admitted pods to nodes as kube-scheduler would.
+`place` binds admitted pods to nodes as kube-scheduler would; `scheduler.topology` places a
+PodSet in a Topology as Kueue's Topology Aware Scheduling does (not yet used by `schedule`).
 """
 
 from scheduler.cycle import schedule
@@ -37,6 +38,18 @@ from scheduler.model import (
     assignment_usage,
 )
 from scheduler.placement import Node, Pod, place
+from scheduler.topology import (
+    DomainAssignment,
+    Placement,
+    Topology,
+    TopologyAssignment,
+    TopologyRequest,
+    TopologyUsage,
+    assignment_fits_empty,
+    find_assignment,
+    place_workload,
+    request_from_annotations,
+)
 
 __all__ = [
     "Admission",
@@ -44,6 +57,7 @@ __all__ = [
     "ClusterQueue",
     "Cohort",
     "Decisions",
+    "DomainAssignment",
     "FlavorFungibility",
     "FlavorQuotas",
     "FlavorResource",
@@ -52,6 +66,7 @@ __all__ = [
     "NodeSelectorRequirement",
     "Pending",
     "PendingReason",
+    "Placement",
     "Pod",
     "PodSet",
     "PodSetAssignment",
@@ -66,9 +81,17 @@ __all__ = [
     "Snapshot",
     "Taint",
     "Toleration",
+    "Topology",
+    "TopologyAssignment",
+    "TopologyRequest",
+    "TopologyUsage",
     "Victim",
     "Workload",
+    "assignment_fits_empty",
     "assignment_usage",
+    "find_assignment",
     "place",
+    "place_workload",
+    "request_from_annotations",
     "schedule",
 ]

@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # topology.py imports this module; these names are only annotations here
+    from scheduler.topology import TopologyAssignment, TopologyRequest
 
 FlavorResource = tuple[str, str]
 """(ResourceFlavor name, resource name): the unit in which Kueue accounts quota."""
@@ -154,6 +158,8 @@ class PodSet:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     required_affinity: tuple[NodeSelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    topology_request: TopologyRequest | None = None
+    """Its TAS annotations (`topology.request_from_annotations`); None: it asks for no TAS."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +168,8 @@ class PodSetAssignment:
     flavors: Mapping[str, str]
     """resource -> ResourceFlavor name."""
     count: int
+    topology_assignment: TopologyAssignment | None = None
+    """Where its pods go, when it was placed by Topology Aware Scheduling."""
 
 
 @dataclass(frozen=True, slots=True)
