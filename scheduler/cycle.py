@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from scheduler.flavors import Assignment, Mode, assign_flavors
+from scheduler.flavors import Assignment, Mode, assign_flavors, topology_check
 from scheduler.model import (
     Admission,
     Admit,
@@ -32,6 +32,7 @@ from scheduler.model import (
 )
 from scheduler.preemption import find_targets
 from scheduler.state import ClusterState
+from scheduler.topology import placements_fit
 
 MAX_CYCLES = 100_000
 
@@ -75,6 +76,7 @@ def shape_of(workload: Workload) -> tuple[object, ...]:
                 tuple(sorted(ps.node_selector.items())),
                 ps.required_affinity,
                 ps.tolerations,
+                ps.topology_request,
             )
             for ps in workload.pod_sets
         ),
@@ -212,7 +214,12 @@ class _Run:
             return []
         assignment = entry.assignment
         return find_targets(
-            self.state, entry.workload, entry.cq, assignment.usage, assignment.needs_preemption
+            self.state,
+            entry.workload,
+            entry.cq,
+            assignment.usage,
+            assignment.needs_preemption,
+            topology_check(self.state, entry.workload, entry.cq, assignment),
         )
 
     def _process(self, entry: _Entry, cycle: _Cycle) -> bool:
@@ -273,7 +280,15 @@ class _Run:
         removed = [self.state.admitted[k] for k in released]
         for key in released:
             self.state.release(key)
-        fits = self.state.tree.fits(self.state.tree.cq(entry.cq.name), entry.assignment.usage)
+        fits = self.state.tree.fits(
+            self.state.tree.cq(entry.cq.name), entry.assignment.usage
+        ) and placements_fit(
+            entry.workload.pod_sets,
+            entry.assignment.pod_sets,
+            self.state.flavors,
+            self.state.nodes,
+            self.state.topology.used(),
+        )
         for workload in removed:
             self.state.hold(workload)
         return fits

@@ -8,8 +8,8 @@ queues' borrowed quota), NoCandidates or NoFit, each with a borrowing level.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from scheduler.model import (
@@ -27,6 +27,13 @@ from scheduler.model import (
 )
 from scheduler.preemption import find_targets
 from scheduler.state import ClusterState
+from scheduler.topology import (
+    Placement,
+    flavor_mismatch,
+    place_workload,
+    requests_topology,
+    topology_frs,
+)
 
 PODS = "pods"
 
@@ -47,6 +54,7 @@ class Mode(IntEnum):
 # How much a NoFit reason says "never" (flavorassigner.go `reasonSeverity`): among a group's
 # alternative flavors the least severe wins, across groups and PodSets the most severe.
 _SEVERITY = {
+    PendingReason.TOPOLOGY_PLACEMENT_FAILED: 1,
     PendingReason.WAITING_FOR_QUOTA: 2,
     PendingReason.EXCEEDS_MAX_QUOTA: 3,
     PendingReason.NO_MATCHING_FLAVOR: 4,
@@ -147,7 +155,71 @@ def assign_flavors(
         result.pod_sets.append(PodSetAssignment(pod_set.name, flavors, pod_set.count))
         if result.mode is Mode.NO_FIT:
             break  # Kueue stops at the first PodSet that cannot be assigned
+    _place_topology(state, workload, cq, result)
     return result
+
+
+def _place(
+    state: ClusterState,
+    workload: Workload,
+    cq: ClusterQueue,
+    result: Assignment,
+    *,
+    empty: bool = False,
+) -> dict[str, Placement]:
+    used = state.topology.non_tas if empty else state.topology.used()
+    return place_workload(
+        workload.pod_sets,
+        result.pod_sets,
+        state.flavors,
+        state.topologies,
+        state.nodes,
+        used,
+        state.tas_only(cq),
+    )
+
+
+def _place_topology(
+    state: ClusterState, workload: Workload, cq: ClusterQueue, result: Assignment
+) -> None:
+    """Kueue flavorassigner.go after quota: TAS placement for a Fit; fragmentation turns Fit
+    into Preempt, and no placement even on an empty topology into NoFit (kueue-semantics §11)."""
+    tas_only = state.tas_only(cq)
+    if result.mode is Mode.NO_FIT or not any(
+        requests_topology(ps, tas_only) for ps in workload.pod_sets
+    ):
+        return
+    if result.mode is Mode.FIT:
+        placements = _place(state, workload, cq, result)
+        failed = next((p for p in placements.values() if not p.fits), None)
+        if failed is None:
+            result.pod_sets = [
+                replace(psa, topology_assignment=placements[psa.name].assignment)
+                if psa.name in placements
+                else psa
+                for psa in result.pod_sets
+            ]
+            return
+        result.messages.append(failed.reason)
+        result.mode = Mode.PREEMPT
+    failed = next(
+        (p for p in _place(state, workload, cq, result, empty=True).values() if not p.fits), None
+    )
+    if failed is not None:
+        result.messages.append(failed.reason)
+        result.fail(PendingReason.TOPOLOGY_PLACEMENT_FAILED)
+        return
+    result.needs_preemption |= topology_frs(workload.pod_sets, result.pod_sets, tas_only)
+
+
+def topology_check(
+    state: ClusterState, workload: Workload, cq: ClusterQueue, result: Assignment
+) -> Callable[[], bool] | None:
+    """For preemption: whether the workload can be placed at the state's current usage (Kueue
+    `workloadFits` also finds a TAS assignment); None when it asks for no TAS."""
+    if not any(requests_topology(ps, state.tas_only(cq)) for ps in workload.pod_sets):
+        return None
+    return lambda: all(p.fits for p in _place(state, workload, cq, result).values())
 
 
 def _record(result: Assignment, choice: _Choice, todo: _Group, flavors: dict[str, str]) -> None:
@@ -187,7 +259,9 @@ def _choose_flavor(
     for flavor in todo.group.flavors:
         if any(todo.pinned.get(r, flavor.name) != flavor.name for r in todo.resources):
             continue
-        problem = _flavor_mismatch(state.flavors.get(flavor.name), flavor.name, todo.pod_set)
+        problem = _flavor_mismatch(
+            state.flavors.get(flavor.name), flavor.name, todo.pod_set
+        ) or _topology_mismatch(state, cq, flavor.name, todo)
         if problem:
             result.messages.append(problem)
             todo.failures.append(PendingReason.NO_MATCHING_FLAVOR)
@@ -221,6 +295,19 @@ def _flavor_mismatch(flavor: ResourceFlavor | None, name: str, pod_set: PodSet) 
     ):
         return f"flavor {name} doesn't match node affinity"
     return None
+
+
+def _topology_mismatch(
+    state: ClusterState, cq: ClusterQueue, name: str, todo: _Group
+) -> str | None:
+    """Kueue `checkPodSetAndFlavorMatchForTAS`."""
+    flavor = state.flavors.get(name)
+    if flavor is None:
+        return None
+    topology = state.topologies.get(flavor.topology_name or "")
+    return flavor_mismatch(
+        todo.pod_set, flavor, topology, state.tas_only(cq), todo.group.covered_resources
+    )
 
 
 def _quota_fit(

@@ -12,7 +12,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # topology.py imports this module; these names are only annotations here
-    from scheduler.topology import TopologyAssignment, TopologyRequest
+    from scheduler.placement import Node
+    from scheduler.topology import Topology, TopologyAssignment, TopologyRequest
 
 FlavorResource = tuple[str, str]
 """(ResourceFlavor name, resource name): the unit in which Kueue accounts quota."""
@@ -225,6 +226,12 @@ class Snapshot:
     flavors: Mapping[str, ResourceFlavor]
     workloads: tuple[Workload, ...]
     """Every workload that is pending or holds quota."""
+    topologies: Mapping[str, Topology] = field(default_factory=dict)
+    """Topology objects by name, for flavors with a topologyName (TAS)."""
+    nodes: tuple[Node, ...] = ()
+    """The cluster's nodes, for TAS placement."""
+    non_tas_usage: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Node name -> resource -> what pods of non-TAS workloads take (each pod also 1000 `pods`)."""
 
 
 class PendingReason(StrEnum):
@@ -234,6 +241,8 @@ class PendingReason(StrEnum):
     WAITING_FOR_QUOTA = "WaitingForQuota"
     EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
     WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
+    TOPOLOGY_PLACEMENT_FAILED = "TopologyPlacementFailed"
+    """Quota could be had but the PodSet fits its topology nowhere, even with no TAS workload."""
     PREEMPTION_NO_CANDIDATES = "PreemptionNoCandidates"
     """Kueue's requeue reason, not a condition reason: `schedule` no longer emits it. A
     preemption that finds no candidates reports WaitingForQuota, as Kueue's condition does."""

@@ -9,7 +9,7 @@ then added back where they are not needed (fill-back) so that the set is minimal
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -68,6 +68,8 @@ class _Search:
     cq: ClusterQueue
     requests: Mapping[FlavorResource, int]
     needed: frozenset[FlavorResource]
+    topology_fits: Callable[[], bool] | None = None
+    """TAS: whether the preemptor can be placed at the current usage (None: no TAS)."""
 
     @property
     def node(self) -> NodeKey:
@@ -91,9 +93,10 @@ def find_targets(
     cq: ClusterQueue,
     requests: Mapping[FlavorResource, int],
     needed: Iterable[FlavorResource],
+    topology_fits: Callable[[], bool] | None = None,
 ) -> list[Victim]:
     """The workloads to evict so that `requests` fits in `cq`; empty when no set works."""
-    search = _Search(state, preemptor, cq, requests, frozenset(needed))
+    search = _Search(state, preemptor, cq, requests, frozenset(needed), topology_fits)
     candidates = _candidates(search)
     if not candidates:
         return []
@@ -239,7 +242,7 @@ def _fits(search: _Search, allow_borrowing: bool) -> bool:
             return False
         if amount > tree.available(node, fr):
             return False
-    return True
+    return search.topology_fits is None or search.topology_fits()
 
 
 def _minimal_set(

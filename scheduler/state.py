@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from scheduler.model import ClusterQueue, FlavorResource, ResourceFlavor, Snapshot, Workload
 from scheduler.quota import NodeKey, QuotaTree
+from scheduler.topology import TopologyUsage, add_usage, is_tas_only, node_usage
 
 
 class ClusterState:
@@ -19,6 +20,9 @@ class ClusterState:
         self.admitted: dict[str, Workload] = {}
         self.usage: dict[str, dict[FlavorResource, int]] = {}
         self._by_root: dict[NodeKey, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self.topologies = snapshot.topologies
+        self.nodes = snapshot.nodes
+        self.topology = TopologyUsage(snapshot.non_tas_usage)
         for workload in snapshot.workloads:
             if workload.admission is not None:
                 self.hold(workload)
@@ -29,9 +33,13 @@ class ClusterState:
     def root_of(self, cq_name: str) -> NodeKey:
         return self.tree.root(self.tree.cq(cq_name))
 
+    def tas_only(self, cq: ClusterQueue) -> bool:
+        return is_tas_only(cq, self.flavors, self.topologies)
+
     def hold(self, workload: Workload) -> None:
         """Charge an admitted (or admitting) workload's usage to its ClusterQueue."""
         assert workload.admission is not None
+        self._hold_topology(workload)
         cq_name = workload.admission.cluster_queue
         if cq_name not in self.cluster_queues:
             return  # its ClusterQueue was deleted: nothing left to charge
@@ -41,7 +49,22 @@ class ClusterState:
         self.tree.add(self.tree.cq(cq_name), usage)
         self._by_root[self.root_of(cq_name)][cq_name].add(workload.key)
 
+    def _hold_topology(self, workload: Workload) -> None:
+        """Its pods' places on nodes (TAS), held until it is released (kueue-semantics §11)."""
+        assert workload.admission is not None
+        by_name = {ps.name: ps for ps in workload.pod_sets}
+        usage = add_usage(
+            *(
+                node_usage(psa.topology_assignment, by_name[psa.name], self.nodes)
+                for psa in workload.admission.pod_sets
+                if psa.topology_assignment is not None
+            )
+        )
+        if usage:
+            self.topology.hold(workload.key, usage)
+
     def release(self, key: str) -> None:
+        self.topology.release(key)
         workload = self.admitted.pop(key)
         assert workload.admission is not None
         cq_name = workload.admission.cluster_queue

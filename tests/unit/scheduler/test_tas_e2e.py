@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduler import Snapshot, schedule, Workload, PodSet, Admission
+from scheduler.topology import TopologyRequest
+from tests.unit.scheduler.builders import cq, LOWER
+from tests.unit.scheduler.test_topology import (
+    SLICE_LEVELS,
+    SLICE_RF,
+    SLICE_TOPOLOGY,
+    TPU,
+    TPU_TOLERATION,
+    tpu_nodes,
+    partition_id_label,
+)
+
+QUEUE = cq("cq", {"slice-rf": {TPU: 999999 * 1000, "cpu": 999999 * 1000}}, within=LOWER)
+
+
+def job(key, count, shape, size, priority, created):
+    request = TopologyRequest(
+        required=SLICE_LEVELS[0], slice_level=partition_id_label(shape), slice_size=size
+    )
+    ps = PodSet(
+        "main",
+        count,
+        {TPU: 4000},
+        {"cloud.google.com/gke-tpu-accelerator": "tpu7x"},
+        tolerations=(TPU_TOLERATION,),
+        topology_request=request,
+    )
+    return Workload(key, "cq", priority, created, (ps,))
+
+
+def snap(workloads):
+    return Snapshot(
+        {"cq": QUEUE},
+        {},
+        {"slice-rf": SLICE_RF},
+        tuple(workloads),
+        topologies={"slice-topology": SLICE_TOPOLOGY},
+        nodes=tuple(tpu_nodes()),
+    )
+
+
+def admit_all(workloads, decisions):
+    by_key = {a.workload: a for a in decisions.admitted}
+    return [
+        replace(w, admission=by_key[w.key].admission, quota_reserved_at=0.0)
+        if w.key in by_key
+        else w
+        for w in workloads
+    ]
+
+
+def evict(workloads, victims):
+    return [replace(w, admission=None) if w.key in victims else w for w in workloads]
+
+
+def test_seed_tpu_dynamic_slicing():
+    sub = job("sub", 12, "2x2x2", 2, 1000, 1.0)
+    wls = [sub]
+    d = schedule(snap(wls))
+    assert [a.workload for a in d.admitted] == ["sub"]
+    ta = d.admitted[0].admission.pod_sets[0].topology_assignment
+    assert ta is not None and ta.pod_count == 12
+    wls = admit_all(wls, d)
+
+    sup = job("super", 32, "4x4x4", 16, 2000, 2.0)
+    wls.append(sup)
+    d = schedule(snap(wls))
+    assert d.admitted == ()
+    assert [(p.preemptor, [v.workload for v in p.victims]) for p in d.preemptions] == [
+        ("super", ["sub"])
+    ]
+    wls = evict(wls, {"sub"})
+    d = schedule(snap(wls))
+    assert [a.workload for a in d.admitted] == ["super"]
+    assert d.admitted[0].admission.pod_sets[0].topology_assignment.pod_count == 32
+    print({p.workload: (p.reason, p.message) for p in d.pending})
+    wls = admit_all(wls, d)
+
+    groups = [job(f"pd-{i}", 2, "2x2x2", 2, 3000, 3.0 + i) for i in range(8)]
+    wls += groups
+    d = schedule(snap(wls))
+    print([(p.preemptor, [v.workload for v in p.victims]) for p in d.preemptions])
+    print({p.workload: (p.reason.value, p.message) for p in d.pending})
+    assert {v.workload for p in d.preemptions for v in p.victims} == {"super"}
+    wls = evict(wls, {"super"})
+    d = schedule(snap(wls))
+    print([a.workload for a in d.admitted])
+    print({p.workload: (p.reason.value, p.message) for p in d.pending})
+    assert {a.workload for a in d.admitted} == {*(g.key for g in groups), "sub"}
+    wls = admit_all(wls, d)
+    used = sum(
+        ps.topology_assignment.pod_count for w in wls if w.admission for ps in w.admission.pod_sets
+    )
+    assert used == 28  # 112 chips
