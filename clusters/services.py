@@ -95,6 +95,17 @@ def create_node_pool(
     return pool
 
 
+def provisioning_cluster_ids() -> list[int]:
+    return list(
+        Cluster.objects.filter(status=Cluster.Status.PROVISIONING).values_list("pk", flat=True)
+    )
+
+
+def provisioning_node_pool_ids() -> list[int]:
+    pools = NodePool.objects.filter(status=NodePool.Status.PROVISIONING)
+    return list(pools.values_list("pk", flat=True))
+
+
 def reconcile_cluster(cluster_id: int) -> Progress:
     """Advance a provisioning cluster; safe to call any number of times."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()

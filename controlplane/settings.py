@@ -114,7 +114,14 @@ if REDIS_URL:
         }
     }
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+    # A task a killed worker held is handed to another worker after this many seconds. Our
+    # tasks are short and idempotent and retry with countdowns of a second or two, so a short
+    # timeout costs nothing and lets provisioning resume quickly.
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        "visibility_timeout": 5,
+        "unacked_restore_interval": 2,
+        "unacked_restore_throttle": 1,
+    }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # A filesystem broker lets a separate worker process run without Redis (stack.md §3).
@@ -173,4 +180,5 @@ LOGGING = {
 
 CELERY_BEAT_SCHEDULE = {
     "tick-clusters": {"task": "workloads.tasks.tick_clusters", "schedule": 2.0},
+    "resume-provisioning": {"task": "clusters.tasks.resume_provisioning", "schedule": 15.0},
 }

@@ -1,18 +1,20 @@
+"""TAS end to end in the pure scheduler: the TPU dynamic-slicing seed (seeds.md §B.3)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduler import Snapshot, schedule, Workload, PodSet, Admission
+from scheduler import PodSet, Snapshot, Workload, schedule
 from scheduler.topology import TopologyRequest
-from tests.unit.scheduler.builders import cq, LOWER
+from tests.unit.scheduler.builders import LOWER, cq
 from tests.unit.scheduler.test_topology import (
     SLICE_LEVELS,
     SLICE_RF,
     SLICE_TOPOLOGY,
     TPU,
     TPU_TOLERATION,
-    tpu_nodes,
     partition_id_label,
+    tpu_nodes,
 )
 
 QUEUE = cq("cq", {"slice-rf": {TPU: 999999 * 1000, "cpu": 999999 * 1000}}, within=LOWER)
@@ -58,13 +60,16 @@ def evict(workloads, victims):
     return [replace(w, admission=None) if w.key in victims else w for w in workloads]
 
 
-def test_seed_tpu_dynamic_slicing():
+def test_dynamic_slicing_seed_sequence_preempts_and_repacks_by_priority():
+    """The seed's story at the scheduler level: sub-slices, a super-slice that preempts them,
+    then serving groups that preempt the super-slice while the sub-slices fit again beside."""
     sub = job("sub", 12, "2x2x2", 2, 1000, 1.0)
     wls = [sub]
     d = schedule(snap(wls))
     assert [a.workload for a in d.admitted] == ["sub"]
     ta = d.admitted[0].admission.pod_sets[0].topology_assignment
-    assert ta is not None and ta.pod_count == 12
+    assert ta is not None
+    assert ta.pod_count == 12
     wls = admit_all(wls, d)
 
     sup = job("super", 32, "4x4x4", 16, 2000, 2.0)
@@ -78,19 +83,14 @@ def test_seed_tpu_dynamic_slicing():
     d = schedule(snap(wls))
     assert [a.workload for a in d.admitted] == ["super"]
     assert d.admitted[0].admission.pod_sets[0].topology_assignment.pod_count == 32
-    print({p.workload: (p.reason, p.message) for p in d.pending})
     wls = admit_all(wls, d)
 
     groups = [job(f"pd-{i}", 2, "2x2x2", 2, 3000, 3.0 + i) for i in range(8)]
     wls += groups
     d = schedule(snap(wls))
-    print([(p.preemptor, [v.workload for v in p.victims]) for p in d.preemptions])
-    print({p.workload: (p.reason.value, p.message) for p in d.pending})
     assert {v.workload for p in d.preemptions for v in p.victims} == {"super"}
     wls = evict(wls, {"super"})
     d = schedule(snap(wls))
-    print([a.workload for a in d.admitted])
-    print({p.workload: (p.reason.value, p.message) for p in d.pending})
     assert {a.workload for a in d.admitted} == {*(g.key for g in groups), "sub"}
     wls = admit_all(wls, d)
     used = sum(

@@ -1,0 +1,27 @@
+"""Shared actors: a GPU cluster provisioned by the sim provider and the Kueue queues on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusters import services as cluster_services
+from clusters.models import Cluster
+from tests.support import GPU_QUEUES, T0
+from workloads import services
+
+
+@pytest.fixture
+def cluster(db):
+    """A running sim cluster with three g2-standard-24 nodes (2 L4 GPUs each)."""
+    row = Cluster.objects.create(name="llm-cluster", status=Cluster.Status.RUNNING)
+    cluster_services.provision_now(
+        row, name="gpupool", machine_type="g2-standard-24", node_count=3, at=T0
+    )
+    return row
+
+
+@pytest.fixture
+def gpu_queues(cluster):
+    """ResourceFlavor l4, ClusterQueue gpu-queue (6 GPUs), LocalQueue llm/team-llm, priorities."""
+    services.apply(cluster, GPU_QUEUES, source="queues.yaml", now=T0)
+    return cluster

@@ -1,0 +1,164 @@
+"""Manifests, a test clock and table counts for tests that go through the services."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import yaml
+from django.apps import apps
+
+T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+NAMESPACE = "llm"
+
+# Kueue objects of the mixed training + inference workflow: 6 L4 GPUs shared by a
+# high-priority Deployment and a low-priority Job.
+GPU_QUEUES = """\
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata:
+  name: l4
+spec:
+  nodeLabels:
+    cloud.google.com/gke-accelerator: nvidia-l4
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata:
+  name: gpu-queue
+spec:
+  namespaceSelector: {}
+  preemption:
+    withinClusterQueue: LowerPriority
+  resourceGroups:
+    - coveredResources: ["cpu", "memory", "nvidia.com/gpu"]
+      flavors:
+        - name: l4
+          resources:
+            - name: cpu
+              nominalQuota: 72
+            - name: memory
+              nominalQuota: 288Gi
+            - name: nvidia.com/gpu
+              nominalQuota: 6
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata:
+  name: team-llm
+  namespace: llm
+spec:
+  clusterQueue: gpu-queue
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata:
+  name: low
+value: 10
+description: Fine-tuning; preemptible by serving.
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata:
+  name: high
+value: 100
+description: Online inference.
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata:
+  name: batch
+value: 5
+"""
+
+
+def _containers(name, gpus):
+    requests = {"cpu": "1", "memory": "4Gi", "nvidia.com/gpu": str(gpus)}
+    return [
+        {
+            "name": name,
+            "image": f"ghcr.io/example/{name}:1.0",
+            "resources": {"requests": requests, "limits": {"nvidia.com/gpu": str(gpus)}},
+        }
+    ]
+
+
+def _gpu_pod(container, gpus, priority_class):
+    return {
+        "priorityClassName": priority_class,
+        "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": _containers(container, gpus),
+    }
+
+
+def deployment(
+    name="inference", *, replicas=1, gpus=2, priority_class="high", queue="team-llm", startup="30s"
+):
+    """A Deployment manifest (YAML); each replica asks for `gpus` L4 GPUs."""
+    labels = {"app": name}
+    if queue:
+        labels["kueue.x-k8s.io/queue-name"] = queue
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "annotations": {"sim.accelplane.dev/startup": startup}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": _gpu_pod("server", gpus, priority_class),
+            },
+        },
+    }
+    return yaml.safe_dump(body, sort_keys=False)
+
+
+def job(
+    name="finetune",
+    *,
+    pods=2,
+    gpus=2,
+    priority_class="low",
+    total_steps=None,
+    step_time="60s",
+    checkpoint_every=10,
+    startup="60s",
+):
+    """An Indexed Job (YAML) of `pods` pods with `gpus` L4 GPUs each, training in the simulator."""
+    annotations = {
+        "sim.accelplane.dev/startup": startup,
+        "sim.accelplane.dev/step-time": step_time,
+        "sim.accelplane.dev/checkpoint-every": str(checkpoint_every),
+    }
+    if total_steps is not None:
+        annotations["sim.accelplane.dev/total-steps"] = str(total_steps)
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "labels": {"kueue.x-k8s.io/queue-name": "team-llm"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "suspend": True,
+            "template": {
+                "spec": {"restartPolicy": "OnFailure", **_gpu_pod("trainer", gpus, priority_class)}
+            },
+        },
+    }
+    return yaml.safe_dump(body, sort_keys=False)
+
+
+def at(seconds=0, minutes=0):
+    """A point on the test clock, `T0` plus an offset."""
+    return T0 + timedelta(seconds=seconds, minutes=minutes)
+
+
+def row_counts():
+    """Rows in every table, by model label: what a request that failed must leave unchanged."""
+    return {model._meta.label: model._default_manager.count() for model in apps.get_models()}

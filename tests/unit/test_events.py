@@ -1,0 +1,127 @@
+"""Events: row with a monotonic seq in the caller's transaction, published only once it commits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+from events.models import Event
+from events.services import EVENTS_GROUP, record_event
+from tests.support import NAMESPACE, at, deployment
+from workloads import services
+
+IN_MEMORY = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+class Refused(Exception):
+    pass
+
+
+@pytest.fixture
+def listener(settings):
+    """A channel in the `events` group of a fresh in-process channel layer."""
+    settings.CHANNEL_LAYERS = IN_MEMORY
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(EVENTS_GROUP, channel)
+    yield layer, channel
+    async_to_sync(layer.flush)()
+
+
+def received(listener, timeout=0.2):
+    """Every message waiting on the listener's channel (none if nothing arrives in `timeout`)."""
+    layer, channel = listener
+
+    async def drain():
+        messages = []
+        while True:
+            try:
+                messages.append(await asyncio.wait_for(layer.receive(channel), timeout))
+            except TimeoutError:
+                return messages
+
+    return async_to_sync(drain)()
+
+
+def note(kind):
+    return record_event(kind, at=at(), message=kind, cluster="llm-cluster")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_seq_increases_strictly_in_commit_order():
+    committed = []
+    for batch in (["a.first", "a.second"], ["b.first"], ["c.first", "c.second", "c.third"]):
+        with transaction.atomic():
+            committed += [note(kind).seq for kind in batch]
+
+    assert committed == sorted(committed)
+    assert len(set(committed)) == len(committed)
+    assert list(Event.objects.values_list("kind", flat=True)) == [
+        "a.first",
+        "a.second",
+        "b.first",
+        "c.first",
+        "c.second",
+        "c.third",
+    ]
+
+
+def test_events_of_one_apply_are_numbered_in_the_order_they_happened(gpu_queues):
+    first_seq = Event.objects.order_by("-id").first().seq
+
+    services.apply(gpu_queues, deployment(), source="d.yaml", now=at(), namespace=NAMESPACE)
+
+    kinds = list(Event.objects.filter(id__gt=first_seq).values_list("kind", flat=True))
+    assert kinds[:4] == [
+        "object.created",
+        "workload.submitted",
+        "workload.quota_reserved",
+        "workload.admitted",
+    ]
+
+
+@pytest.mark.django_db
+def test_an_event_is_published_only_after_its_transaction_commits(
+    listener, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        with transaction.atomic():
+            event = note("workload.admitted")
+        assert received(listener) == []
+
+    for callback in callbacks:
+        callback()
+
+    (message,) = received(listener)
+    assert message["type"] == "event.created"
+    assert message["event"]["seq"] == event.seq
+    assert message["event"]["kind"] == "workload.admitted"
+
+
+@pytest.mark.django_db
+def test_events_are_published_in_seq_order(listener, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        seqs = [note(f"step.{i}").seq for i in range(3)]
+
+    assert [m["event"]["seq"] for m in received(listener)] == seqs
+
+
+@pytest.mark.django_db
+def test_nothing_is_published_for_a_rolled_back_transaction(
+    listener, django_capture_on_commit_callbacks
+):
+    def record_then_refuse():
+        with transaction.atomic():
+            note("workload.admitted")
+            raise Refused
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks, pytest.raises(Refused):
+        record_then_refuse()
+
+    assert callbacks == []
+    assert received(listener) == []
+    assert not Event.objects.filter(kind="workload.admitted").exists()

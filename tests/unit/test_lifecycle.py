@@ -1,0 +1,194 @@
+"""Workloads over virtual time: quota, gating, preemption, checkpoints, completion, deletion.
+
+Everything goes through `workloads.services` and `runtime.advance` with explicit datetimes and
+is checked on what a user sees: Workload and Pod rows, `status.object_status`, Event rows.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from events.models import Event
+from tests.support import NAMESPACE, at, deployment, job
+from workloads import runtime, services, status
+from workloads.models import KubeObject, Pod, Workload
+
+JOB_STARTUP = timedelta(minutes=1)
+STEP = timedelta(minutes=1)
+
+
+def apply(cluster, text, now):
+    return services.apply(cluster, text, source="workloads.yaml", now=now, namespace=NAMESPACE)
+
+
+def get(cluster, kind, name):
+    return KubeObject.objects.get(cluster=cluster, kind=kind, namespace=NAMESPACE, name=name)
+
+
+def object_status(cluster, kind, name):
+    return status.object_status(get(cluster, kind, name))
+
+
+def gpu_usage(cluster):
+    return status.cluster_queue_status(cluster)["ClusterQueue/gpu-queue"]["usage"]["nvidia.com/gpu"]
+
+
+def running_finetune_and_inference(cluster):
+    """Inference (2 GPUs, high) and a fine-tune (2 pods x 2 GPUs, low) training since 12:01.
+
+    At 12:15 the fine-tune has done 14 steps and saved a checkpoint at step 10.
+    """
+    apply(cluster, deployment(replicas=1), at())
+    apply(cluster, job(pods=2, checkpoint_every=10), at())
+    runtime.advance(cluster, at(), at(minutes=15))
+
+
+def test_a_deployment_scaled_past_quota_gates_the_extra_pod_and_its_workload_waits(gpu_queues):
+    apply(gpu_queues, deployment(replicas=1), at())
+    runtime.advance(gpu_queues, at(), at(minutes=2))
+
+    services.scale(get(gpu_queues, "Deployment", "inference"), 4, at(minutes=2))
+    runtime.advance(gpu_queues, at(minutes=2), at(minutes=5))
+
+    pods = Pod.objects.filter(owner__name="inference")
+    assert sorted(pods.values_list("phase", flat=True)) == [
+        Pod.Phase.RUNNING,
+        Pod.Phase.RUNNING,
+        Pod.Phase.RUNNING,
+        Pod.Phase.SCHEDULING_GATED,
+    ]
+    gated = pods.get(phase=Pod.Phase.SCHEDULING_GATED)
+    assert gated.node is None
+    waiting = gated.workload
+    assert waiting.phase == Workload.Phase.PENDING
+    assert waiting.pending_reason
+    assert "nvidia.com/gpu" in waiting.pending_message
+    assert gpu_usage(gpu_queues) == "6"
+
+
+def test_a_higher_priority_pod_suspends_a_lower_priority_job_and_deletes_its_pods(gpu_queues):
+    running_finetune_and_inference(gpu_queues)
+
+    services.scale(get(gpu_queues, "Deployment", "inference"), 2, at(minutes=15))
+
+    finetune = object_status(gpu_queues, "Job", "finetune")
+    assert finetune["phase"] == "Suspended"
+    assert finetune["preemptions"] == 1
+    assert not Pod.objects.filter(owner__kind="Job").exists()
+    preempted = Event.objects.get(kind="workload.preempted")
+    assert preempted.object_key == "Job/llm/finetune"
+    assert "Deployment/llm/inference" in preempted.message
+
+
+def test_a_preempted_job_resumes_from_its_latest_checkpoint_and_counts_the_steps_lost(
+    gpu_queues,
+):
+    running_finetune_and_inference(gpu_queues)
+    inference = get(gpu_queues, "Deployment", "inference")
+    services.scale(inference, 2, at(minutes=15))
+    runtime.advance(gpu_queues, at(minutes=15), at(minutes=16))
+
+    services.scale(inference, 1, at(minutes=16))
+    runtime.advance(gpu_queues, at(minutes=16), at(minutes=18))
+
+    finetune = object_status(gpu_queues, "Job", "finetune")
+    assert finetune["phase"] == "Admitted"
+    assert finetune["resumedFromStep"] == 10
+    (row,) = Workload.objects.filter(owner__kind="Job")
+    assert row.steps_lost == 4  # steps 11-14 ran after the checkpoint at step 10
+    assert Event.objects.get(kind="workload.resumed").data["step"] == 10
+
+
+def test_a_job_with_total_steps_finishes_by_itself_and_frees_its_quota(gpu_queues):
+    apply(gpu_queues, job("short", pods=3, total_steps=5, checkpoint_every=0), at())
+    apply(gpu_queues, job("next", pods=2), at())
+    assert Workload.objects.get(owner__name="next").phase == Workload.Phase.PENDING
+
+    runtime.advance(gpu_queues, at(), at(minutes=30))
+
+    short = Workload.objects.get(owner__name="short")
+    assert short.phase == Workload.Phase.FINISHED
+    assert short.finished_at == at() + JOB_STARTUP + 5 * STEP
+    assert object_status(gpu_queues, "Job", "short")["phase"] == "Finished"
+    assert not Pod.objects.filter(owner__name="short", node__isnull=False).exists()
+    assert Workload.objects.get(owner__name="next").phase == Workload.Phase.ADMITTED
+    assert gpu_usage(gpu_queues) == "4"
+
+
+def test_deleting_an_object_frees_its_quota_and_admits_the_next_pending_workload(gpu_queues):
+    apply(gpu_queues, deployment(replicas=3), at())
+    apply(gpu_queues, job(pods=2), at())
+    assert Workload.objects.get(owner__kind="Job").phase == Workload.Phase.PENDING
+
+    services.delete(get(gpu_queues, "Deployment", "inference"), at(minutes=1))
+
+    assert not KubeObject.objects.filter(kind="Deployment").exists()
+    assert not Workload.objects.filter(name__startswith="pod-inference").exists()
+    assert not Pod.objects.filter(name__startswith="inference").exists()
+    assert Workload.objects.get(owner__kind="Job").phase == Workload.Phase.ADMITTED
+    assert gpu_usage(gpu_queues) == "4"
+    assert Event.objects.filter(kind="object.deleted", object_key="Deployment/llm/inference")
+
+
+def test_an_unqueued_deployment_runs_on_nodes_without_any_workload(gpu_queues):
+    apply(gpu_queues, deployment("web", replicas=2, queue=None), at())
+
+    runtime.advance(gpu_queues, at(), at(minutes=2))
+
+    assert not Workload.objects.exists()
+    pods = Pod.objects.filter(owner__name="web")
+    assert [(p.phase, p.node is not None) for p in pods] == [(Pod.Phase.RUNNING, True)] * 2
+    assert object_status(gpu_queues, "Deployment", "web")["phase"] == "Unmanaged"
+    assert gpu_usage(gpu_queues) == "0"
+
+
+def test_scaling_an_unqueued_deployment_up_adds_pods(gpu_queues):
+    apply(gpu_queues, deployment("web", replicas=1, queue=None), at())
+
+    services.scale(get(gpu_queues, "Deployment", "web"), 3, at(minutes=1))
+
+    assert Pod.objects.filter(owner__name="web").count() == 3
+    assert not Workload.objects.exists()
+
+
+def test_scaling_an_unqueued_deployment_down_deletes_pods(gpu_queues):
+    apply(gpu_queues, deployment("web", replicas=3, queue=None), at())
+
+    services.scale(get(gpu_queues, "Deployment", "web"), 1, at(minutes=1))
+
+    assert Pod.objects.filter(owner__name="web").count() == 1
+
+
+def test_an_admitted_pod_that_fits_no_node_stays_pending_and_unbound(gpu_queues):
+    # Quota has room for 4 GPUs, but a g2-standard-24 node has only 2: Kueue admits,
+    # kube-scheduler cannot place.
+    apply(gpu_queues, deployment("big", replicas=1, gpus=4), at())
+
+    runtime.advance(gpu_queues, at(), at(minutes=10))
+
+    (row,) = Workload.objects.all()
+    assert row.phase == Workload.Phase.ADMITTED
+    (pod,) = Pod.objects.filter(owner__name="big")
+    assert (pod.phase, pod.node) == (Pod.Phase.PENDING, None)
+    assert object_status(gpu_queues, "Deployment", "big")["running"] == 0
+
+
+HELD_QUEUE = """\
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata:
+  name: team-llm
+  namespace: llm
+spec:
+  clusterQueue: gpu-queue
+  stopPolicy: Hold
+"""
+
+
+def test_a_local_queue_on_hold_admits_nothing(gpu_queues):
+    # Kueue: a LocalQueue whose stopPolicy is not None is inactive; nothing is admitted from it.
+    apply(gpu_queues, HELD_QUEUE, at())
+
+    apply(gpu_queues, job(pods=1), at())
+
+    assert Workload.objects.get().phase == Workload.Phase.PENDING
