@@ -159,6 +159,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns while it is missing
 LOGIN_URL = "/admin/login/"
 
 REST_FRAMEWORK = {
