@@ -139,10 +139,13 @@ class _Writer:
 
     def _mark_pending(self, pending: Iterable[scheduler.Pending]) -> None:
         changed = self.snap.pending_changes(pending)
+        waiting = scheduler.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
         for pk, (reason, message, parked) in changed.items():
-            Workload.objects.filter(pk=pk).update(
-                pending_reason=reason, pending_message=message, parked=parked
-            )
+            fields = {"pending_reason": reason, "pending_message": message, "parked": parked}
+            if reason == waiting:
+                # Its victims (perhaps another entry's) are stopping: it keeps the queue head.
+                fields["preempting"] = True
+            Workload.objects.filter(pk=pk).update(**fields)
 
 
 def _latest_checkpoints(owner_ids: set[int]) -> dict[int, int]:
