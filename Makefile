@@ -37,3 +37,4 @@ fmt: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/scheduler.py
 	$(BIN)/python benchmarks/kueue_baseline.py
+	$(BIN)/python benchmarks/kueue_tas.py

@@ -299,3 +299,31 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.owner.key}@{self.step}"
+
+
+class Slice(models.Model):
+    """A TPU slice the GKE slice controller forms for an admitted workload (seeds.md §B.4)."""
+
+    class State(models.TextChoices):
+        ACTIVATING = "ACTIVATING"
+        ACTIVE = "ACTIVE"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="slices")
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="slices")
+    name = models.CharField(max_length=49)
+    topology = models.CharField(max_length=16, help_text="AxBxC, as in the Slice spec")
+    partition_ids = models.JSONField(default=list)
+    node_pools = models.JSONField(default=list, help_text="Sorted pool names of its hosts")
+    hosts = models.JSONField(default=list)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVATING)
+    created_at = models.DateTimeField()
+    activates_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="unique_slice_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name

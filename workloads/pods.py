@@ -129,9 +129,12 @@ def start(rows: Sequence[Workload], now: datetime) -> None:
             pod_set = next(p for p in row.pod_sets if p["name"] == assignment["name"])
             flavors = [specs[f] for f in sorted(set(assignment["flavors"].values())) if f in specs]
             spec = scheduling(pod_set, flavors)
+            selectors = domain_selectors(assignment)
             if is_pod_owned(row.owner):
+                spec = _pinned(spec, selectors[0])
                 Pod.objects.filter(workload=row).update(phase=Pod.Phase.PENDING, scheduling=spec)
                 continue
+            names = pod_names(row.owner, pod_set["name"], assignment["count"], row.replica_index)
             new_pods += [
                 Pod(
                     cluster_id=row.cluster_id,
@@ -142,14 +145,31 @@ def start(rows: Sequence[Workload], now: datetime) -> None:
                     pod_set=pod_set["name"],
                     replica_index=row.replica_index,
                     phase=Pod.Phase.PENDING,
-                    scheduling=spec,
+                    scheduling=_pinned(spec, selector),
                     created_at=now,
                 )
-                for name in pod_names(
-                    row.owner, pod_set["name"], assignment["count"], row.replica_index
-                )
+                for name, selector in zip(names, selectors, strict=True)
             ]
     Pod.objects.bulk_create(new_pods)
+
+
+def domain_selectors(assignment: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Kueue's TopologyUngater: each pod of a topology assignment gets the labels of its leaf
+    domain as node selector, so it lands only there; one entry per pod, in domain order."""
+    topology = assignment.get("topology")
+    if not topology:
+        return [{} for _ in range(assignment["count"])]
+    return [
+        dict(zip(topology["levels"], domain["values"], strict=True))
+        for domain in topology["domains"]
+        for _ in range(domain["count"])
+    ]
+
+
+def _pinned(spec: dict[str, Any], selector: Mapping[str, str]) -> dict[str, Any]:
+    if not selector:
+        return spec
+    return {**spec, "node_selector": {**spec["node_selector"], **selector}}
 
 
 def stop(row: Workload) -> None:

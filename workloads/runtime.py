@@ -18,7 +18,7 @@ from django.db.models import Count, F, Max, Q
 import scheduler
 from clusters.models import Cluster, Node
 from events.services import record_events
-from workloads import admission, pods
+from workloads import admission, pods, slicing
 from workloads.history import workload_event, workload_event_row
 from workloads.models import Checkpoint, Pod, Workload
 from workloads.snapshot import affinity, node, toleration
@@ -57,6 +57,7 @@ def advance(cluster: Cluster, start: datetime, end: datetime) -> None:
 def _step(cluster: Cluster, now: datetime) -> bool:
     with transaction.atomic():
         changed = stop_evicted(cluster, now)
+        changed |= slicing.activate(cluster, now)
         changed |= _promote_checked(cluster, now)
         changed |= _bind_pods(cluster, now)
         became_ready = _ready_pods(cluster, now)
@@ -88,7 +89,10 @@ def latest_checkpoint_step(row: Workload) -> int:
 
 def stop_evicted(cluster: Cluster, now: datetime) -> bool:
     """Evicted workloads stop (sim: at once), release quota and go back to their queue."""
-    rows = list(Workload.objects.filter(cluster=cluster, evicting=True).select_related("owner"))
+    rows = list(
+        Workload.objects.filter(cluster=cluster, evicting=True).select_related("owner", "cluster")
+    )
+    slicing.release(rows, now)
     for row in rows:
         lost = 0
         if row.training_started_at is not None:
@@ -128,12 +132,14 @@ def unpark(cluster: Cluster) -> None:
 
 
 def _promote_checked(cluster: Cluster, now: datetime) -> bool:
-    """Admission checks: the simulated controllers mark them Ready at once."""
-    rows = list(
+    """Admission checks: the slice controller's once its slices are ACTIVE, the other
+    simulated controllers' at once."""
+    reserved = list(
         Workload.objects.filter(
             cluster=cluster, phase=Workload.Phase.QUOTA_RESERVED
         ).select_related("owner", "cluster")
     )
+    rows, created = slicing.checks_ready(cluster, reserved, now)
     events = []
     for row in rows:
         message = f"admitted by ClusterQueue {row.cluster_queue_name}: admission checks ready"
@@ -142,7 +148,7 @@ def _promote_checked(cluster: Cluster, now: datetime) -> bool:
         Workload.objects.filter(pk=row.pk).update(phase=row.phase, admitted_at=row.admitted_at)
     record_events(events)
     pods.start(rows, now)
-    return bool(rows)
+    return bool(rows) or created
 
 
 def _bind_pods(cluster: Cluster, now: datetime) -> bool:
@@ -293,6 +299,7 @@ def finish(rows: Sequence[Workload], at: datetime, phase: str) -> None:
     pod_phase = Pod.Phase.SUCCEEDED if phase == Workload.Phase.FINISHED else Pod.Phase.FAILED
     kind = "workload.finished" if phase == Workload.Phase.FINISHED else "workload.failed"
     ids = [row.pk for row in rows]
+    slicing.release(rows, at)
     Workload.objects.filter(pk__in=ids).update(phase=phase, finished_at=at, evicting=False)
     Pod.objects.filter(workload_id__in=ids).update(phase=pod_phase, node=None, ready=False)
     record_events(
@@ -320,6 +327,9 @@ def next_event_at(cluster: Cluster) -> datetime | None:
             candidates.append(sim["total_steps"])
         if candidates:
             times.append(_time_of_step(row, min(candidates)))
+    activation = slicing.next_activation(cluster)
+    if activation is not None:
+        times.append(activation)
     return min(times) if times else None
 
 

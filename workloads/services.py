@@ -12,7 +12,7 @@ from django.db import transaction
 
 from clusters.models import Cluster
 from events.services import record_event
-from workloads import manifests, pods, runtime
+from workloads import manifests, pods, runtime, slicing
 from workloads.durations import parse_duration
 from workloads.history import object_event, workload_event
 from workloads.manifests import Document, ManifestError, WorkloadShape
@@ -456,6 +456,7 @@ def _scale_to(
 
 
 def _remove(row: Workload, now: datetime) -> None:
+    slicing.release([row], now)
     workload_event(
         "workload.deleted",
         row,

@@ -14,12 +14,15 @@ from django.db.models.functions import Cast, RowNumber
 import scheduler as s
 from clusters.models import Cluster, Node
 from scheduler.model import NodeSelectorTerm
+from scheduler.topology import POD, request_from_annotations
 from workloads.models import (
     AdmissionCheck,
     ClusterQueue,
     Cohort,
     LocalQueue,
+    Pod,
     ResourceFlavor,
+    Topology,
     Workload,
 )
 
@@ -84,6 +87,8 @@ def pod_set(data: Mapping[str, Any], count: int | None = None) -> s.PodSet:
         node_selector=data.get("node_selector") or {},
         required_affinity=affinity(data.get("required_node_affinity") or ()),
         tolerations=tuple(toleration(t) for t in data.get("tolerations") or ()),
+        # Validated at apply (manifests.podsets), so this does not raise.
+        topology_request=request_from_annotations(data.get("annotations") or {}),
     )
 
 
@@ -108,16 +113,42 @@ def admission(data: Mapping[str, Any] | None) -> s.Admission | None:
         return None
     return s.Admission(
         data["cluster_queue"],
-        tuple(s.PodSetAssignment(p["name"], p["flavors"], p["count"]) for p in data["pod_sets"]),
+        tuple(
+            s.PodSetAssignment(
+                p["name"], p["flavors"], p["count"], topology_assignment(p.get("topology"))
+            )
+            for p in data["pod_sets"]
+        ),
     )
+
+
+def topology_assignment(data: Mapping[str, Any] | None) -> s.TopologyAssignment | None:
+    if not data:
+        return None
+    return s.TopologyAssignment(
+        tuple(data["levels"]),
+        tuple(s.DomainAssignment(tuple(d["values"]), d["count"]) for d in data["domains"]),
+    )
+
+
+def topology_json(value: s.TopologyAssignment) -> dict[str, Any]:
+    return {
+        "levels": list(value.levels),
+        "domains": [{"values": list(d.values), "count": d.count} for d in value.domains],
+    }
+
+
+def _assignment_json(p: s.PodSetAssignment) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": p.name, "flavors": dict(p.flavors), "count": p.count}
+    if p.topology_assignment is not None:
+        data["topology"] = topology_json(p.topology_assignment)
+    return data
 
 
 def admission_json(value: s.Admission) -> dict[str, Any]:
     return {
         "cluster_queue": value.cluster_queue,
-        "pod_sets": [
-            {"name": p.name, "flavors": dict(p.flavors), "count": p.count} for p in value.pod_sets
-        ],
+        "pod_sets": [_assignment_json(p) for p in value.pod_sets],
     }
 
 
@@ -256,7 +287,8 @@ def _workloads(
 
 
 def load(cluster: Cluster) -> ClusterSnapshot:
-    """Queues, flavors, cohorts and every active workload of a cluster: six queries."""
+    """Queues, flavors, cohorts, every active workload, topologies, nodes and bound pods of a
+    cluster: nine queries."""
 
     known_checks = set(
         AdmissionCheck.objects.filter(cluster=cluster).values_list("name", flat=True)
@@ -282,10 +314,44 @@ def load(cluster: Cluster) -> ClusterSnapshot:
         if (spec.get("stop_policy") or "None") != "None":
             stopped.add((ns, name))
     workloads, ids, pending_state = _workloads(cluster, cq_by_queue, stopped)
+    topologies = {
+        row.name: s.Topology(row.name, tuple(row.spec.get("levels") or ()))
+        for row in Topology.objects.filter(cluster=cluster)
+    }
     snapshot = s.Snapshot(
-        cluster_queues=cqs, cohorts=cohorts, flavors=flavors, workloads=tuple(workloads)
+        cluster_queues=cqs,
+        cohorts=cohorts,
+        flavors=flavors,
+        workloads=tuple(workloads),
+        topologies=topologies,
+        nodes=tuple(node(row) for row in Node.objects.filter(cluster=cluster)),
+        non_tas_usage=non_tas_usage(cluster, _tas_workload_ids(workloads, ids)),
     )
     return ClusterSnapshot(cluster, snapshot, ids, pending_state)
+
+
+def _tas_workload_ids(workloads: Iterable[s.Workload], ids: Mapping[str, int]) -> set[int]:
+    return {
+        ids[w.key]
+        for w in workloads
+        if w.admission and any(p.topology_assignment for p in w.admission.pod_sets)
+    }
+
+
+def non_tas_usage(cluster: Cluster, tas_ids: set[int]) -> dict[str, dict[str, int]]:
+    """Node name -> what bound pods of workloads without a topology assignment take (TAS
+    accounts its own workloads from their assignments), each pod also 1000 `pods`."""
+    usage: dict[str, dict[str, int]] = {}
+    bound = Pod.objects.filter(cluster=cluster, node__isnull=False).values_list(
+        "node__name", "workload_id", "scheduling"
+    )
+    for name, workload_id, spec in bound:
+        if workload_id in tas_ids:
+            continue
+        used = usage.setdefault(name, {})
+        for resource, amount in {**spec.get("requests", {}), "pods": POD}.items():
+            used[resource] = used.get(resource, 0) + amount
+    return usage
 
 
 def node(row: Node) -> s.Node:

@@ -6,7 +6,15 @@ from collections import defaultdict
 from typing import Any
 
 from clusters.models import Cluster
-from workloads.models import Checkpoint, ClusterQueue, KubeObject, LocalQueue, Pod, Workload
+from workloads.models import (
+    Checkpoint,
+    ClusterQueue,
+    KubeObject,
+    LocalQueue,
+    Pod,
+    Slice,
+    Workload,
+)
 from workloads.quantities import format_quantity
 
 WORKLOAD_KINDS = ("Job", "JobSet", "Deployment", "LeaderWorkerSet")
@@ -41,7 +49,9 @@ def object_status(obj: KubeObject) -> dict[str, Any]:
         ),
         "preemptions": obj.preemptions,
         "pools": sorted({p.node.node_pool.name for p in pods if p.node is not None}),
-        "slices": 0,
+        "slices": Slice.objects.filter(workload__in=admitted, state=Slice.State.ACTIVE).count()
+        if admitted
+        else 0,
     }
     flavors = {f for w in admitted for p in w.assignments for f in p["flavors"].values()}
     if len(flavors) == 1:

@@ -122,3 +122,19 @@ def test_jetstream_seed_scenario_passes():
     final = report["steps"][-1]["objects"]["Deployment/default/jetstream-pytorch-server"]
     assert final["running"] == 2
     assert final["pools"] == ["tpu-nodepool"]
+
+
+def test_dynamic_slicing_seed_scenario_passes():
+    (report,) = replay_json(SHARED / "scenarios" / "seed-tpu-dynamic-slicing.yaml")
+    assert [f for step in report["steps"] for f in step["failures"]] == []
+    assert report["ok"] is True
+
+
+def test_dynamic_slicing_seed_forms_slices_before_admission_and_deletes_them_on_eviction():
+    (report,) = replay_json(SHARED / "scenarios" / "seed-tpu-dynamic-slicing.yaml")
+    first = "JobSet/llm-d-pd-disaggregation/kueue-jobset-simple-subslicing"
+    kinds = [e["kind"] for e in report["events"] if e["object"] == first]
+    created, activated = kinds.index("slice.created"), kinds.index("slice.activated")
+    assert created < activated < kinds.index("workload.admitted")
+    assert kinds.index("workload.preempted") < kinds.index("slice.deleted")
+    assert kinds.count("slice.created") == 12

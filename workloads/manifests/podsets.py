@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.topology import request_from_annotations
 from workloads.manifests.fields import Fields, join, label_key_problem
 from workloads.manifests.scheduling import required_node_affinity, tolerations
+from workloads.manifests.slices import SLICE_TOPOLOGY_ANNOTATION, slice_annotations
 
 # Pod-level resources (spec.resources) may set these; they replace the containers' sum.
 _POD_LEVEL_RESOURCES = ("cpu", "memory")
@@ -39,8 +41,12 @@ def pod_set(
     name: str,
     count: int,
     min_count: int | None = None,
+    slice_pods: int | None = None,
 ) -> PodSetSpec:
-    """The PodSet of the pod template at field path `base`."""
+    """The PodSet of the pod template at field path `base`.
+
+    `slice_pods`: the pods of one Job or LWS group, for a TPU slice-topology annotation
+    (default: `count`)."""
     metadata = fields.mapping(template, "metadata", base)
     meta_path = join(base, "metadata")
     spec = fields.mapping(template, "spec", base, required=True)
@@ -58,11 +64,39 @@ def pod_set(
             )
         ),
         required_node_affinity=required_node_affinity(fields, spec, path),
-        annotations=fields.annotations(metadata, "annotations", meta_path),
+        annotations=_topology_annotations(
+            fields,
+            fields.annotations(metadata, "annotations", meta_path),
+            join(meta_path, "annotations"),
+            (count if slice_pods is None else slice_pods, count),
+            requests,
+        ),
         labels=fields.labels(metadata, "labels", meta_path),
         priority_class_name=fields.optional_string(spec, "priorityClassName", path) or None,
         startup_seconds=_startup_seconds(fields, spec, path),
     )
+
+
+def _topology_annotations(
+    fields: Fields,
+    annotations: dict[str, str],
+    path: str,
+    pods: tuple[int, int],
+    requests: Mapping[str, int],
+) -> dict[str, str]:
+    """The annotations after the TPU slice webhook, with their TAS request validated."""
+    annotations = dict(annotations)  # the manifest itself stays as applied
+    shape = annotations.get(SLICE_TOPOLOGY_ANNOTATION)
+    if shape is not None:
+        try:
+            annotations.update(slice_annotations(shape, pods[0], pods[1], requests))
+        except ValueError as problem:
+            raise fields.error(join(path, SLICE_TOPOLOGY_ANNOTATION), shape, str(problem)) from None
+    try:
+        request_from_annotations(annotations)
+    except ValueError as problem:
+        raise fields.error(path, None, str(problem)) from None
+    return annotations
 
 
 def pod_requests(fields: Fields, spec: Mapping[str, Any], base: str) -> dict[str, int]:

@@ -152,12 +152,14 @@ def _jobset(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
         template = fields.mapping(job, "template", path, required=True)
         job_path = join(join(path, "template"), "spec")
         job_spec = fields.mapping(template, "spec", join(path, "template"), required=True)
-        count = replicas * job_pod_count(fields, job_spec, job_path)
+        per_job = job_pod_count(fields, job_spec, job_path)
+        count = replicas * per_job
         if count > INT32_MAX:
             raise fields.error(join(path, "replicas"), replicas, f"{count} pods is too many")
         pod_template = fields.mapping(job_spec, "template", job_path, required=True)
+        template_path = join(job_path, "template")
         pod_sets.append(
-            pod_set(fields, pod_template, join(job_path, "template"), name=name, count=count)
+            pod_set(fields, pod_template, template_path, name=name, count=count, slice_pods=per_job)
         )
     return 1, False, pod_sets
 
