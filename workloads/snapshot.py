@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -287,8 +287,8 @@ def _workloads(
 
 
 def load(cluster: Cluster) -> ClusterSnapshot:
-    """Queues, flavors, cohorts, every active workload, topologies, nodes and bound pods of a
-    cluster: nine queries."""
+    """Queues, flavors, cohorts and the active workloads of a cluster in six queries; three more
+    (topologies, nodes, bound pods) when a ResourceFlavor is topology-aware."""
 
     known_checks = set(
         AdmissionCheck.objects.filter(cluster=cluster).values_list("name", flat=True)
@@ -314,20 +314,26 @@ def load(cluster: Cluster) -> ClusterSnapshot:
         if (spec.get("stop_policy") or "None") != "None":
             stopped.add((ns, name))
     workloads, ids, pending_state = _workloads(cluster, cq_by_queue, stopped)
+    snapshot = s.Snapshot(
+        cluster_queues=cqs, cohorts=cohorts, flavors=flavors, workloads=tuple(workloads)
+    )
+    if any(f.topology_name for f in flavors.values()):
+        snapshot = _with_topology(cluster, snapshot, _tas_workload_ids(workloads, ids))
+    return ClusterSnapshot(cluster, snapshot, ids, pending_state)
+
+
+def _with_topology(cluster: Cluster, snapshot: s.Snapshot, tas_ids: set[int]) -> s.Snapshot:
+    """What TAS flavors place pods on: topologies, nodes and what non-TAS pods take."""
     topologies = {
         row.name: s.Topology(row.name, tuple(row.spec.get("levels") or ()))
         for row in Topology.objects.filter(cluster=cluster)
     }
-    snapshot = s.Snapshot(
-        cluster_queues=cqs,
-        cohorts=cohorts,
-        flavors=flavors,
-        workloads=tuple(workloads),
+    return replace(
+        snapshot,
         topologies=topologies,
         nodes=tuple(node(row) for row in Node.objects.filter(cluster=cluster)),
-        non_tas_usage=non_tas_usage(cluster, _tas_workload_ids(workloads, ids)),
+        non_tas_usage=non_tas_usage(cluster, tas_ids),
     )
-    return ClusterSnapshot(cluster, snapshot, ids, pending_state)
 
 
 def _tas_workload_ids(workloads: Iterable[s.Workload], ids: Mapping[str, int]) -> set[int]:

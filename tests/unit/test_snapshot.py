@@ -8,9 +8,9 @@ from tests.support import NAMESPACE, at, deployment, job
 from workloads import services, snapshot
 from workloads.models import Workload
 
-# AdmissionChecks, ClusterQueues, Cohorts, ResourceFlavors, LocalQueues, Workloads,
-# Topologies, Nodes, bound Pods.
-SNAPSHOT_QUERIES = 9
+# AdmissionChecks, ClusterQueues, Cohorts, ResourceFlavors, LocalQueues, Workloads (no TAS
+# flavor, so no Topologies, Nodes or bound Pods).
+SNAPSHOT_QUERIES = 6
 
 
 @pytest.mark.parametrize("replicas", [2, 50])
