@@ -162,3 +162,30 @@ def at(seconds=0, minutes=0):
 def row_counts():
     """Rows in every table, by model label: what a request that failed must leave unchanged."""
     return {model._meta.label: model._default_manager.count() for model in apps.get_models()}
+
+
+def tpu_jobset(name="js", shape="2x2x2", replicas=2, parallelism=2, chips=4, node_selector=True):
+    """A JobSet of TPU7x Jobs asking the GKE slice controller for `shape` slices."""
+    selector = "nodeSelector: {cloud.google.com/gke-tpu-accelerator: tpu7x}"
+    if not node_selector:
+        selector = ""
+    return f"""\
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {{name: {name}, namespace: {NAMESPACE}, labels: {{kueue.x-k8s.io/queue-name: lq}}}}
+spec:
+  replicatedJobs:
+    - name: job-jax
+      replicas: {replicas}
+      template:
+        spec:
+          parallelism: {parallelism}
+          template:
+            metadata:
+              annotations: {{cloud.google.com/gke-tpu-slice-topology: "{shape}"}}
+            spec:
+              {selector}
+              containers:
+                - name: c
+                  resources: {{limits: {{google.com/tpu: "{chips}"}}}}
+"""

@@ -7,7 +7,7 @@ import pytest
 from clusters import services as cluster_services
 from clusters.models import Cluster
 from events.models import Event
-from tests.support import T0, at
+from tests.support import T0, at, tpu_jobset
 from workloads import runtime, services, snapshot
 from workloads.models import Pod, Slice, Workload
 
@@ -66,26 +66,7 @@ spec: {{clusterQueue: cq}}
 
 
 def jobset(name="js", shape="2x2x2", replicas=2, parallelism=2):
-    return f"""\
-apiVersion: jobset.x-k8s.io/v1alpha2
-kind: JobSet
-metadata: {{name: {name}, namespace: {NAMESPACE}, labels: {{kueue.x-k8s.io/queue-name: lq}}}}
-spec:
-  replicatedJobs:
-    - name: job-jax
-      replicas: {replicas}
-      template:
-        spec:
-          parallelism: {parallelism}
-          template:
-            metadata:
-              annotations: {{cloud.google.com/gke-tpu-slice-topology: "{shape}"}}
-            spec:
-              nodeSelector: {{cloud.google.com/gke-tpu-accelerator: tpu7x}}
-              containers:
-                - name: c
-                  resources: {{limits: {{google.com/tpu: "4"}}}}
-"""
+    return tpu_jobset(name, shape, replicas, parallelism)
 
 
 @pytest.fixture

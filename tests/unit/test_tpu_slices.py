@@ -10,6 +10,7 @@ from scheduler.topology import (
     SLICE_SIZE_ANNOTATION,
     request_from_annotations,
 )
+from tests.support import tpu_jobset
 from workloads.manifests import ManifestError, load_documents, workload_shape
 from workloads.manifests.slices import SLICE_TOPOLOGY_ANNOTATION, slice_annotations
 
@@ -19,26 +20,8 @@ TPU4 = {"google.com/tpu": 4000}
 
 
 def jobset(shape, replicas=1, parallelism=2, chips=4):
-    text = f"""
-    apiVersion: jobset.x-k8s.io/v1alpha2
-    kind: JobSet
-    metadata: {{name: js, namespace: llm, labels: {{kueue.x-k8s.io/queue-name: lq}}}}
-    spec:
-      replicatedJobs:
-        - name: job-jax
-          replicas: {replicas}
-          template:
-            spec:
-              parallelism: {parallelism}
-              template:
-                metadata:
-                  annotations: {{{SLICE_TOPOLOGY_ANNOTATION}: "{shape}"}}
-                spec:
-                  containers:
-                    - name: c
-                      resources: {{limits: {{google.com/tpu: "{chips}"}}}}
-    """
-    (doc,) = load_documents(textwrap.dedent(text), source="js.yaml")
+    text = tpu_jobset("js", shape, replicas, parallelism, chips, node_selector=False)
+    (doc,) = load_documents(text, source="js.yaml")
     shape_ = workload_shape(doc)
     assert shape_ is not None
     return shape_.pod_sets[0]
