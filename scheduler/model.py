@@ -251,6 +251,7 @@ class PendingReason(StrEnum):
     NOT_HEAD = "NotHead"
     INACTIVE_CLUSTER_QUEUE = "ClusterQueueInactive"
     MISSING_QUEUE = "LocalQueueNotFound"
+    LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
 
 
 class PreemptionReason(StrEnum):

@@ -69,7 +69,7 @@ class _Writer:
             self._admit(decisions.admitted, rows)
         for preempt in decisions.preemptions:
             self._preempt(preempt, rows)
-        self._mark_pending(decisions.pending)
+        self._mark_pending([*decisions.pending, *self.snap.held])
         record_events(self.events)
 
     def _admit(self, admits: Iterable[scheduler.Admit], rows: dict[str, Workload]) -> None:

@@ -35,6 +35,8 @@ class ClusterSnapshot:
     """Workload primary keys by scheduler key."""
     pending_state: dict[str, tuple[str, str, bool]]
     """Stored (reason, message, parked) of pending workloads, to write only what changed."""
+    held: list[s.Pending]
+    """Pending workloads of stopped LocalQueues: never given to the scheduler."""
 
     def fetch(self, keys: Iterable[str]) -> dict[str, Workload]:
         """The rows behind some scheduler keys, owners loaded, in one query."""
@@ -254,21 +256,23 @@ def _workloads(
     cluster: Cluster,
     cq_by_queue: Mapping[tuple[str, str], str],
     stopped: set[tuple[str, str]],
-) -> tuple[list[s.Workload], dict[str, int], dict[str, tuple[str, str, bool]]]:
+) -> tuple[list[s.Workload], dict[str, int], dict[str, tuple[str, str, bool]], list[s.Pending]]:
     """Scheduler workloads; pending ones of a stopped LocalQueue (stopPolicy) are held back."""
-    workloads, ids, pending_state = [], {}, {}
+    workloads, ids, pending_state, held = [], {}, {}, []
     rows = _active_rows(cluster).annotate(
         pod_sets_text=Cast("pod_sets", TextField()), admission_text=Cast("admission", TextField())
     )
     for row in rows.values_list(*_WORKLOAD_COLUMNS):
         (pk, namespace, name, queue, priority, queued_at, sets, admitted, reserved_at) = row[:9]
         (evicting, preempting, parked, phase, reason, message) = row[9:]
-        if phase == Workload.Phase.PENDING and (namespace, queue) in stopped:
-            continue
         key = f"{namespace}/{name}"
         ids[key] = pk
         if phase == Workload.Phase.PENDING:
             pending_state[key] = (reason, message, parked)
+            if (namespace, queue) in stopped:
+                why = f"LocalQueue {queue} is stopped (stopPolicy)"
+                held.append(s.Pending(key, s.PendingReason.LOCAL_QUEUE_STOPPED, why, False))
+                continue
         workloads.append(
             s.Workload(
                 key=key,
@@ -283,7 +287,7 @@ def _workloads(
                 parked=parked,
             )
         )
-    return workloads, ids, pending_state
+    return workloads, ids, pending_state, held
 
 
 def load(cluster: Cluster) -> ClusterSnapshot:
@@ -313,13 +317,13 @@ def load(cluster: Cluster) -> ClusterSnapshot:
         cq_by_queue[(ns, name)] = cq
         if (spec.get("stop_policy") or "None") != "None":
             stopped.add((ns, name))
-    workloads, ids, pending_state = _workloads(cluster, cq_by_queue, stopped)
+    workloads, ids, pending_state, held = _workloads(cluster, cq_by_queue, stopped)
     snapshot = s.Snapshot(
         cluster_queues=cqs, cohorts=cohorts, flavors=flavors, workloads=tuple(workloads)
     )
     if any(f.topology_name for f in flavors.values()):
         snapshot = _with_topology(cluster, snapshot, _tas_workload_ids(workloads, ids))
-    return ClusterSnapshot(cluster, snapshot, ids, pending_state)
+    return ClusterSnapshot(cluster, snapshot, ids, pending_state, held)
 
 
 def _with_topology(cluster: Cluster, snapshot: s.Snapshot, tas_ids: set[int]) -> s.Snapshot:

@@ -191,4 +191,6 @@ def test_a_local_queue_on_hold_admits_nothing(gpu_queues):
 
     apply(gpu_queues, job(pods=1), at())
 
-    assert Workload.objects.get().phase == Workload.Phase.PENDING
+    held = Workload.objects.get()
+    assert held.phase == Workload.Phase.PENDING
+    assert held.pending_reason == "LocalQueueStopped"
