@@ -74,16 +74,8 @@ def create_node_pool(
     """Validate against the catalog, record the pool, and provision it in a task."""
     from clusters import tasks
 
-    catalog.validate_pool(machine_type, node_count, tpu_topology or None)
     with transaction.atomic():
-        pool = NodePool.objects.create(
-            cluster=cluster,
-            name=name,
-            machine_type=machine_type,
-            node_count=node_count,
-            tpu_topology=tpu_topology,
-            block=block,
-        )
+        pool = _new_pool(cluster, name, machine_type, node_count, tpu_topology, block)
         record_event(
             "node_pool.creating",
             at=timezone.now(),
@@ -93,6 +85,28 @@ def create_node_pool(
         )
         transaction.on_commit(lambda: tasks.reconcile_node_pool.delay(pool.pk))
     return pool
+
+
+def _new_pool(
+    cluster: Cluster,
+    name: str,
+    machine_type: str,
+    node_count: int,
+    tpu_topology: str,
+    block: str,
+    operation_id: str = "",
+) -> NodePool:
+    """A pool row, once the catalog accepts its shape (CatalogError names the field)."""
+    catalog.validate_pool(machine_type, node_count, tpu_topology or None)
+    return NodePool.objects.create(
+        cluster=cluster,
+        name=name,
+        machine_type=machine_type,
+        node_count=node_count,
+        tpu_topology=tpu_topology,
+        block=block,
+        operation_id=operation_id,
+    )
 
 
 def provisioning_cluster_ids() -> list[int]:
@@ -224,15 +238,8 @@ def provision_now(
     at: datetime | None = None,
 ) -> NodePool:
     """Create a node pool and its nodes at once (scenarios and demo data, sim provider)."""
-    catalog.validate_pool(machine_type, node_count, tpu_topology or None)
-    pool = NodePool.objects.create(
-        cluster=cluster,
-        name=name,
-        machine_type=machine_type,
-        node_count=node_count,
-        tpu_topology=tpu_topology,
-        block=block,
-        operation_id="immediate",
+    pool = _new_pool(
+        cluster, name, machine_type, node_count, tpu_topology, block, operation_id="immediate"
     )
     templates = get_provider(Cluster.Provider.SIM).list_nodes(_pool_spec(pool))
     _create_nodes(pool, templates, at)

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Count, F, Max, Q
+from django.utils import timezone
 
 import scheduler
 from clusters.models import Cluster, Node
@@ -334,9 +335,7 @@ def next_event_at(cluster: Cluster) -> datetime | None:
 
 
 def tick_live() -> None:
-    """Advance every running sim cluster from its last tick to now (Celery beat, live mode)."""
-    from django.utils import timezone
-
+    """Live mode (Celery beat): every running sim cluster catches up with everything due now."""
     now = timezone.now()
     for cluster in Cluster.objects.filter(status=Cluster.Status.RUNNING, provider="sim"):
         advance(cluster, now, now)

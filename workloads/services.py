@@ -29,6 +29,13 @@ from workloads.models import (
 QUEUE_KINDS = frozenset(QUEUE_MODELS)
 # Kueue's webhooks name workloads <prefix>-<object>-<hash>.
 WORKLOAD_PREFIX = {"Job": "job", "JobSet": "jobset", "Deployment": "pod", "LeaderWorkerSet": "lws"}
+# (field, sim.accelplane.dev annotation, scenario `simulation` key), FORMAT.md's table.
+SIM_FIELDS = (
+    ("startup", "startup", "startup"),
+    ("step_time", "step-time", "stepTime"),
+    ("total_steps", "total-steps", "totalSteps"),
+    ("checkpoint_every", "checkpoint-every", "checkpointEvery"),
+)
 SIM_DEFAULTS = {"startup": 30.0, "step_time": 10.0, "total_steps": 0, "checkpoint_every": 100}
 
 
@@ -259,21 +266,12 @@ def _simulation(
     sim: dict[str, Any] = dict(SIM_DEFAULTS)
     startup_probe = max((p.startup_seconds for p in shape.pod_sets), default=0) if shape else 0
     sim["startup"] = max(SIM_DEFAULTS["startup"], startup_probe)
-    names = {
-        "startup": "startup",
-        "step-time": "step_time",
-        "total-steps": "total_steps",
-        "checkpoint-every": "checkpoint_every",
-    }
-    for annotation, field in names.items():
+    for field, annotation, _ in SIM_FIELDS:
         if annotation in from_annotations:
             sim[field] = _sim_value(field, from_annotations[annotation], doc, annotation)
+    by_scenario_key = {key: field for field, _, key in SIM_FIELDS}
     for key, value in override.items():
-        field = {
-            "stepTime": "step_time",
-            "totalSteps": "total_steps",
-            "checkpointEvery": "checkpoint_every",
-        }.get(key, key)
+        field = by_scenario_key.get(key, key)
         sim[field] = _sim_value(field, value, doc, key)
     return sim
 

@@ -15,7 +15,7 @@ from workloads.models import (
     Slice,
     Workload,
 )
-from workloads.quantities import format_quantity
+from workloads.quantities import format_quantity, parse_quantity
 
 WORKLOAD_KINDS = ("Job", "JobSet", "Deployment", "LeaderWorkerSet")
 TRAINING_KINDS = ("Job", "JobSet")
@@ -155,7 +155,5 @@ def queue_rows(cluster: Cluster) -> list[dict[str, Any]]:
 
 
 def _percent(used: str, quota: dict[str, Any]) -> int:
-    from workloads.quantities import parse_quantity
-
     nominal = quota["nominal_quota"]
     return min(100, round(100 * parse_quantity(used, field="usage") / nominal)) if nominal else 0
