@@ -55,10 +55,14 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "events",
     "clusters",
     "workloads",
+    "teams",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -164,11 +168,28 @@ LOGIN_URL = "/admin/login/"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "teams.auth.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.errors.handle",
+}
+# A POST of manifests larger than this answers 413 (documented in docs/api.md).
+ACCELPLANE_MAX_MANIFEST_BYTES = 1024 * 1024
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Accelplane API",
+    "DESCRIPTION": "Submit Kubernetes workloads to Kueue-style queues on GKE GPUs and TPUs.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 LOGGING = {

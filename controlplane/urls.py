@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from workloads import views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("admin/", admin.site.urls),
+    path("api/", include("api.urls")),
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -66,15 +66,20 @@ def apply(
     substitutions: Mapping[str, str] | None = None,
     simulation: Mapping[str, Mapping[str, Any]] | None = None,
     admit: bool = True,
+    authorize: Callable[[Document], None] | None = None,
 ) -> list[Applied]:
     """`kubectl apply`: validate every document first, then create or update all, atomically.
 
+    `authorize` sees every document before anything is written and raises to refuse one.
     With `admit`, admission and the simulated cluster then run at `now` (see runtime.settle).
     """
     try:
         documents = manifests.load_documents(
             text, source=source, default_namespace=namespace, substitutions=substitutions
         )
+        if authorize is not None:
+            for doc in documents:
+                authorize(doc)
         plans = [_plan(doc) for doc in documents]
         with transaction.atomic():
             lookups = _Lookups(cluster, documents)
@@ -496,3 +501,70 @@ def end(obj: KubeObject, now: datetime, *, failed: bool) -> None:
         )
         runtime.finish(rows, now, phase)
     runtime.settle(obj.cluster, now)
+
+
+class InUse(ValueError):
+    """A deletion refused because other objects still depend on the object."""
+
+
+def delete_queue_object(
+    cluster: Cluster, kind: str, name: str, namespace: str | None, now: datetime
+) -> None:
+    """Delete a Kueue object, unless something still needs it (Kueue's finalizers, in effect)."""
+    model = QUEUE_MODELS[kind]
+    lookup: dict[str, Any] = {"cluster": cluster, "name": name}
+    if model.NAMESPACED:
+        lookup["namespace"] = namespace or ""
+    with transaction.atomic():
+        row = model._default_manager.select_for_update().filter(**lookup).first()
+        if row is None:
+            raise ObjectNotFound(f"{kind} {name} not found in cluster {cluster.name}")
+        problem = _still_needed(cluster, row)
+        if problem:
+            raise InUse(f"{row.key} {problem}")
+        row.delete()
+        record_event(
+            f"{kind.lower()}.deleted",
+            at=now,
+            cluster=cluster.name,
+            namespace=namespace or "",
+            object_key=row.key,
+            message=f"{row.key} deleted",
+        )
+        runtime.unpark(cluster)
+
+
+def _still_needed(cluster: Cluster, row: Any) -> str | None:
+    active = Workload.objects.filter(cluster=cluster, phase__in=Workload.ACTIVE_PHASES)
+    if row.KIND == "ClusterQueue":
+        holding = active.filter(cluster_queue_name=row.name, phase__in=Workload.HOLDING_QUOTA)
+        return f"still holds quota for {holding.count()} workloads" if holding.exists() else None
+    if row.KIND == "LocalQueue":
+        queued = active.filter(namespace=row.namespace, queue_name=row.name)
+        return f"still has {queued.count()} active workloads" if queued.exists() else None
+    if row.KIND in ("ResourceFlavor", "AdmissionCheck"):
+        field = "flavors" if row.KIND == "ResourceFlavor" else "admission_checks"
+        users = [
+            cq.name
+            for cq in QUEUE_MODELS["ClusterQueue"]._default_manager.filter(cluster=cluster)
+            if row.name in _references(cq.spec, field)
+        ]
+        return f"is used by ClusterQueue {', '.join(users)}" if users else None
+    if row.KIND == "Topology":
+        users = [
+            f.name
+            for f in QUEUE_MODELS["ResourceFlavor"]._default_manager.filter(cluster=cluster)
+            if f.spec.get("topology_name") == row.name
+        ]
+        return f"is used by ResourceFlavor {', '.join(users)}" if users else None
+    return None
+
+
+def _references(spec: Mapping[str, Any], field: str) -> set[str]:
+    if field == "flavors":
+        return {
+            flavor["name"]
+            for group in spec.get("resource_groups") or ()
+            for flavor in group["flavors"]
+        }
+    return {check["name"] for check in spec.get("admission_checks") or ()}

@@ -84,13 +84,7 @@ def cluster_queue_status(cluster: Cluster) -> dict[str, dict[str, Any]]:
             lq_counts[lq]["pending"] += 1
             continue
         cq_name = row.cluster_queue_name
-        by_name = {p["name"]: p for p in row.pod_sets}
-        for assignment in row.assignments:
-            requests = by_name[assignment["name"]]["requests"]
-            for resource, flavor in assignment["flavors"].items():
-                usage[cq_name][(flavor, resource)] += (
-                    requests.get(resource, 0) * assignment["count"]
-                )
+        _add_usage(usage[cq_name], row)
         if row.phase == Workload.Phase.ADMITTED:
             counts[cq_name]["admitted"] += 1
             lq_counts[lq]["admitted"] += 1
@@ -157,3 +151,62 @@ def queue_rows(cluster: Cluster) -> list[dict[str, Any]]:
 def _percent(used: str, quota: dict[str, Any]) -> int:
     nominal = quota["nominal_quota"]
     return min(100, round(100 * parse_quantity(used, field="usage") / nominal)) if nominal else 0
+
+
+def cluster_queue_usage(cluster: Cluster, cq: ClusterQueue) -> dict[str, Any]:
+    """Per flavor and resource of one ClusterQueue: quota, limits, what is used and borrowed,
+    and the demand of its pending workloads (per resource: they have no flavor yet)."""
+    usage, pending = _usage_and_demand(cluster, cq)
+    resources = []
+    for group in cq.spec.get("resource_groups") or ():
+        for flavor in group["flavors"]:
+            for quota in flavor["resources"]:
+                resource, nominal = quota["name"], quota["nominal_quota"]
+                used = usage.get((flavor["name"], resource), 0)
+                resources.append(
+                    {
+                        "flavor": flavor["name"],
+                        "resource": resource,
+                        "nominal": format_quantity(resource, nominal),
+                        "used": format_quantity(resource, used),
+                        "borrowed": format_quantity(resource, max(0, used - nominal)),
+                        "borrowing_limit": _limit(resource, quota.get("borrowing_limit")),
+                        "lending_limit": _limit(resource, quota.get("lending_limit")),
+                        "pending": format_quantity(resource, pending.get(resource, 0)),
+                    }
+                )
+    return {"name": cq.name, "cohort": cq.cohort_name or None, "resources": resources}
+
+
+def _usage_and_demand(
+    cluster: Cluster, cq: ClusterQueue
+) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
+    """(flavor, resource) -> used by its admitted workloads; resource -> asked by its pending."""
+    usage: dict[tuple[str, str], int] = defaultdict(int)
+    pending: dict[str, int] = defaultdict(int)
+    local_queues = set(
+        LocalQueue.objects.filter(cluster=cluster, cluster_queue_name=cq.name).values_list(
+            "namespace", "name"
+        )
+    )
+    for row in Workload.objects.filter(cluster=cluster, phase__in=Workload.ACTIVE_PHASES):
+        if row.phase == Workload.Phase.PENDING:
+            if (row.namespace, row.queue_name) in local_queues:
+                for pod_set in row.pod_sets:
+                    for resource, amount in pod_set["requests"].items():
+                        pending[resource] += amount * pod_set["count"]
+        elif row.cluster_queue_name == cq.name:
+            _add_usage(usage, row)
+    return usage, pending
+
+
+def _add_usage(usage: dict[tuple[str, str], int], row: Workload) -> None:
+    by_name = {p["name"]: p for p in row.pod_sets}
+    for assignment in row.assignments:
+        requests = by_name[assignment["name"]]["requests"]
+        for resource, flavor in assignment["flavors"].items():
+            usage[(flavor, resource)] += requests.get(resource, 0) * assignment["count"]
+
+
+def _limit(resource: str, value: int | None) -> str | None:
+    return None if value is None else format_quantity(resource, value)

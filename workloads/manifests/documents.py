@@ -109,6 +109,10 @@ def load_documents(
             )
         seen[doc.key] = index
         documents.append(doc)
+    if not documents:
+        raise ManifestError(
+            "no objects to apply (as kubectl says: no objects passed)", source=source
+        )
     return documents
 
 

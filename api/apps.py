@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class ApiConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "api"
+
+    def ready(self) -> None:
+        from api import schema  # noqa: F401  (registers the OpenAPI auth extension)

@@ -1,0 +1,73 @@
+"""What every view needs: the caller's scope, the cluster a request is about, the clock."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib.auth.models import User
+from django.utils import timezone
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from clusters.models import Cluster
+from teams.services import Scope, scope_of
+
+
+class Conflict(APIException):
+    status_code = 409
+    default_code = "conflict"
+    default_detail = "conflicts with the current state"
+
+
+def scope(request: Request) -> Scope:
+    cached: Scope | None = getattr(request, "_accelplane_scope", None)
+    if cached is None:
+        cached = scope_of(request.user)
+        request._accelplane_scope = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def signed_in(request: Request) -> User:
+    """The caller, once a permission class has made sure somebody is signed in."""
+    assert isinstance(request.user, User)
+    return request.user
+
+
+def now() -> datetime:
+    return timezone.now()
+
+
+def cluster_from(request: Request) -> Cluster:
+    """`?cluster=NAME`; optional while there is exactly one cluster."""
+    name = request.query_params.get("cluster")
+    if name:
+        cluster = Cluster.objects.filter(name=name).first()
+        if cluster is None:
+            raise ValidationError({"cluster": [f"no cluster named {name!r}"]})
+        return cluster
+    clusters = list(Cluster.objects.all()[:2])
+    if not clusters:
+        raise ValidationError({"cluster": ["no cluster exists yet; an admin creates one first"]})
+    if len(clusters) > 1:
+        raise ValidationError({"cluster": ["several clusters exist; pass ?cluster=NAME"]})
+    return clusters[0]
+
+
+def require_write(request: Request, namespace: str) -> None:
+    """Viewers may look, not touch; outside the caller's teams the object does not exist."""
+    caller = scope(request)
+    if not caller.can_read(namespace):
+        raise NotFound()
+    if not caller.can_write(namespace):
+        raise PermissionDenied(f"you have the viewer role in namespace {namespace!r}")
+
+
+class IsAdminOrReadOnly(BasePermission):
+    """Platform objects: everyone signed in reads them, platform admins (staff) change them."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        if not request.user.is_authenticated:
+            return False
+        return request.method in SAFE_METHODS or bool(request.user.is_staff)

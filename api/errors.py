@@ -1,0 +1,57 @@
+"""Every refusal as JSON that names what is wrong; never a 500 for bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist
+from django.db import IntegrityError, OperationalError
+from django.http import Http404
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from clusters.catalog import CatalogError
+from teams.services import TeamError
+from workloads.manifests import ManifestError
+from workloads.services import ObjectNotFound
+
+
+def manifest_error(error: ManifestError) -> dict[str, Any]:
+    return {
+        "detail": str(error),
+        "source": error.source,
+        "document": error.document,
+        "object": error.object,
+        "path": error.path,
+        "value": error.value if _is_json(error.value) else repr(error.value),
+    }
+
+
+def _is_json(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ManifestError):
+        return Response(manifest_error(exc), status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, CatalogError):
+        return Response(
+            {"detail": str(exc), "field": exc.field}, status=status.HTTP_400_BAD_REQUEST
+        )
+    if isinstance(exc, TeamError):
+        return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, ObjectNotFound | ObjectDoesNotExist | Http404):
+        return Response({"detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)
+    if isinstance(exc, IntegrityError):
+        return Response(
+            {"detail": "conflicts with an existing object"}, status=status.HTTP_409_CONFLICT
+        )
+    if isinstance(exc, OperationalError):
+        response = Response(
+            {"detail": "the database is unavailable; retry shortly"},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
+        response["Retry-After"] = "5"
+        return response
+    return exception_handler(exc, context)

@@ -1,0 +1,329 @@
+"""What platform admins manage: clusters, node pools, Kueue objects, teams; and API tokens."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import yaml
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from api import serializers as s
+from api.common import Conflict, IsAdminOrReadOnly, cluster_from, now, scope, signed_in
+from api.parsers import MANIFEST_PARSERS
+from api.workloads import CLUSTER_PARAM, MANIFEST_BODY
+from clusters import services as cluster_services
+from clusters.models import Cluster, NodePool
+from teams import services as team_services
+from teams.models import ApiToken, Team
+from workloads import services
+from workloads.manifests import Document, ManifestError, render
+from workloads.models import QUEUE_MODELS, ClusterQueue, QueueObject
+from workloads.status import cluster_queue_usage
+
+YAML_STREAM = {"type": "array", "items": {"type": "object"}}
+# Dependencies first, so that the export applies cleanly in order.
+EXPORT_ORDER = (
+    "Topology",
+    "ResourceFlavor",
+    "AdmissionCheck",
+    "Cohort",
+    "ClusterQueue",
+    "LocalQueue",
+    "WorkloadPriorityClass",
+    "PriorityClass",
+)
+
+
+class ClusterViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet[Cluster],
+):
+    queryset = Cluster.objects.prefetch_related("node_pools").order_by("id")
+    serializer_class = s.ClusterSerializer
+    permission_classes = [IsAdminOrReadOnly]
+
+    def perform_create(self, serializer: s.ClusterSerializer) -> None:  # type: ignore[override]
+        data = serializer.validated_data
+        serializer.instance = cluster_services.create_cluster(
+            name=data["name"],
+            provider=data.get("provider", Cluster.Provider.SIM),
+            project=data.get("project", ""),
+            location=data.get("location", "us-central1"),
+        )
+
+    @extend_schema(methods=["GET"], responses=s.NodePoolSerializer(many=True))
+    @extend_schema(
+        methods=["POST"], request=s.NodePoolSerializer, responses={201: s.NodePoolSerializer}
+    )
+    @action(detail=True, methods=["get", "post"], url_path="nodepools", pagination_class=None)
+    def node_pools(self, request: Request, pk: str) -> Response:
+        """A cluster's node pools; POST creates one (provisioned by a worker, watch its events)."""
+        cluster = self.get_object()
+        if request.method == "GET":
+            pools = cluster.node_pools.prefetch_related("nodes").order_by("name")
+            return Response(s.NodePoolSerializer(pools, many=True).data)
+        body = s.NodePoolSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        if NodePool.objects.filter(cluster=cluster, name=data["name"]).exists():
+            return Response(
+                {"name": [f"cluster {cluster.name} already has a node pool {data['name']!r}"]},
+                status=status.HTTP_409_CONFLICT,
+            )
+        pool = cluster_services.create_node_pool(
+            cluster,
+            name=data["name"],
+            machine_type=data["machine_type"],
+            node_count=data["node_count"],
+            tpu_topology=data.get("tpu_topology", ""),
+            block=data.get("block", ""),
+        )
+        return Response(s.NodePoolSerializer(pool).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        responses={
+            (200, "application/yaml"): OpenApiResponse(
+                YAML_STREAM, description="A YAML stream: one document per Kueue object"
+            )
+        }
+    )
+    @action(detail=True, methods=["get"], url_path="kueue.yaml", pagination_class=None)
+    def kueue_yaml(self, request: Request, pk: str) -> HttpResponse:
+        """Every Kueue object of the cluster, as YAML to `kubectl apply`."""
+        cluster = self.get_object()
+        manifests = [
+            render(row.KIND, row.name, getattr(row, "namespace", None), row.spec)
+            for kind in EXPORT_ORDER
+            for row in QUEUE_MODELS[kind]
+            ._default_manager.filter(cluster=cluster)
+            .order_by(*(("namespace", "name") if QUEUE_MODELS[kind].NAMESPACED else ("name",)))
+        ]
+        text = yaml.safe_dump_all(manifests, sort_keys=False)
+        return HttpResponse(text, content_type="application/yaml")
+
+
+class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
+    """One Kueue kind: list and read (everyone), apply a manifest and delete (admins)."""
+
+    kind: ClassVar[str] = ""
+    permission_classes = [IsAdminOrReadOnly]
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    serializer_class = s.QueueObjectSerializer
+
+    @property
+    def model(self) -> type[QueueObject]:
+        return QUEUE_MODELS[self.kind]
+
+    def get_queryset(self) -> QuerySet[Any]:
+        if getattr(self, "swagger_fake_view", False):
+            return self.model._default_manager.none()
+        rows = self.model._default_manager.filter(cluster=cluster_from(self.request))
+        if self.model.NAMESPACED:
+            rows = scope(self.request).filter(rows)
+        return rows.select_related("cluster").order_by("pk")
+
+    def get_parsers(self) -> list[Any]:
+        if self.request is not None and self.request.method == "POST":
+            return [parser() for parser in MANIFEST_PARSERS]
+        return super().get_parsers()
+
+    def get_object(self) -> Any:
+        name = self.kwargs["name"]
+        lookup: dict[str, Any] = {"name": name}
+        if self.model.NAMESPACED:
+            namespace, _, name = name.partition(".")  # namespaces have no dots
+            lookup = {"namespace": namespace, "name": name}
+        row = self.get_queryset().filter(**lookup).first()
+        if row is None:
+            raise NotFound()
+        return row
+
+    def _show(self, row: Any) -> dict[str, Any]:
+        namespace = row.namespace if self.model.NAMESPACED else None
+        return {
+            "cluster": row.cluster.name,
+            "name": row.name,
+            "namespace": namespace or "",
+            "manifest": render(self.kind, row.name, namespace, row.spec),
+        }
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        assert page is not None
+        return self.get_paginated_response([self._show(row) for row in page])
+
+    def retrieve(self, request: Request, name: str) -> Response:
+        return Response(self._show(self.get_object()))
+
+    @extend_schema(
+        request=MANIFEST_BODY,
+        parameters=[CLUSTER_PARAM],
+        responses={201: s.QueueApplyResultSerializer, 200: s.QueueApplyResultSerializer},
+    )
+    def create(self, request: Request) -> Response:
+        """`kubectl apply` of one or more objects of this kind."""
+        cluster = cluster_from(request)
+
+        def only_this_kind(doc: Document) -> None:
+            if doc.kind != self.kind:
+                raise ManifestError(
+                    f"this endpoint takes {self.kind} objects",
+                    source=doc.source,
+                    document=doc.index,
+                    object=doc.key,
+                    path="kind",
+                    value=doc.kind,
+                )
+
+        text = request.data if isinstance(request.data, str) else ""
+        applied = services.apply(
+            cluster, text, source="request", now=now(), authorize=only_this_kind
+        )
+        rows = [
+            self._show(row)
+            for row in self.model._default_manager.filter(
+                cluster=cluster, pk__in=_applied_ids(self.model, cluster, applied)
+            ).select_related("cluster")
+        ]
+        created = any(a.action == "created" for a in applied)
+        body = {"applied": [{"key": a.key, "action": a.action} for a in applied], "objects": rows}
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    def destroy(self, request: Request, name: str) -> Response:
+        row = self.get_object()
+        try:
+            services.delete_queue_object(
+                row.cluster, self.kind, row.name, getattr(row, "namespace", None), now()
+            )
+        except services.InUse as error:
+            raise Conflict(str(error)) from None
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _applied_ids(
+    model: type[QueueObject], cluster: Cluster, applied: list[services.Applied]
+) -> list[int]:
+    ids: list[int] = []
+    for item in applied:
+        *namespace, name = item.key.split("/")[1:]
+        lookup: dict[str, Any] = {"cluster": cluster, "name": name}
+        if namespace:
+            lookup["namespace"] = namespace[0]
+        ids += model._default_manager.filter(**lookup).values_list("pk", flat=True)
+    return ids
+
+
+def queue_viewset(kind: str) -> type[QueueObjectViewSet]:
+    doc = f"{kind} objects of a cluster (`?cluster=NAME` when there are several)."
+    if QUEUE_MODELS[kind].NAMESPACED:
+        doc += " Addressed as NAMESPACE.NAME."
+    return type(f"{kind}ViewSet", (QueueObjectViewSet,), {"kind": kind, "__doc__": doc})
+
+
+class ClusterQueueViewSet(QueueObjectViewSet):
+    """ClusterQueues of a cluster (`?cluster=NAME` when there are several)."""
+
+    kind = "ClusterQueue"
+
+    @extend_schema(responses=OpenApiResponse(OpenApiTypes.OBJECT))
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def usage(self, request: Request, name: str) -> Response:
+        """Per flavor and resource: nominal, used, borrowed, limits and pending demand."""
+        row: ClusterQueue = self.get_object()
+        return Response(cluster_queue_usage(row.cluster, row))
+
+
+class TeamViewSet(viewsets.ModelViewSet[Team]):
+    """Teams, their namespaces and members. Admins manage them; members see their own."""
+
+    serializer_class = s.TeamSerializer
+    permission_classes = [IsAdminOrReadOnly]
+    http_method_names = ["get", "post", "patch", "delete"]
+
+    def get_queryset(self) -> QuerySet[Team]:
+        if getattr(self, "swagger_fake_view", False):
+            return Team.objects.none()
+        teams = Team.objects.prefetch_related("namespaces").order_by("name")
+        if self.request.user.is_staff:
+            return teams
+        return teams.filter(memberships__user=signed_in(self.request))
+
+    def perform_create(self, serializer: s.TeamSerializer) -> None:  # type: ignore[override]
+        serializer.instance = self._ensure(
+            serializer.validated_data, serializer.validated_data["name"]
+        )
+
+    def perform_update(self, serializer: s.TeamSerializer) -> None:  # type: ignore[override]
+        assert serializer.instance is not None
+        serializer.instance = self._ensure(serializer.validated_data, serializer.instance.name)
+
+    def _ensure(self, data: dict[str, Any], name: str) -> Team:
+        try:
+            with transaction.atomic():
+                return team_services.ensure_team(
+                    name,
+                    namespaces=list(data.get("namespaces", [])),
+                    members=[(m["username"], m["role"]) for m in data.get("members", [])],
+                )
+        except team_services.TeamError as error:
+            raise Conflict(str(error)) from None
+
+
+class TokenViewSet(
+    mixins.ListModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet[ApiToken],
+):
+    """Your API tokens. The token itself is shown once, in the answer that creates it."""
+
+    serializer_class = s.TokenSerializer
+    permission_classes = [IsAuthenticated]
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        if getattr(self, "swagger_fake_view", False):
+            return ApiToken.objects.none()
+        return ApiToken.objects.filter(user=signed_in(self.request)).order_by("-created_at", "-pk")
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = self.get_serializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        row, token = team_services.issue_token(
+            signed_in(request),
+            name=body.validated_data.get("name", "api"),
+        )
+        data = s.TokenSerializer(row, context={"token": token}).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: ApiToken) -> None:
+        team_services.revoke(instance)
+
+
+class Me(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses=OpenApiResponse(OpenApiTypes.OBJECT))
+    def get(self, request: Request) -> Response:
+        caller = scope(request)
+        return Response(
+            {
+                "username": request.user.get_username(),
+                "is_staff": bool(request.user.is_staff),
+                "namespaces": sorted(caller.readable),
+                "writable_namespaces": sorted(caller.writable),
+            }
+        )

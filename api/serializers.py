@@ -1,0 +1,251 @@
+"""What the API shows of each object; inputs validated with field paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from rest_framework import serializers
+
+from clusters.models import Cluster, Node, NodePool
+from events.models import Event
+from events.services import serialize as serialize_event
+from teams.models import ApiToken, Membership, Team
+from workloads.models import Checkpoint, KubeObject, Workload
+from workloads.status import object_phase
+
+
+class KueueWorkloadSerializer(serializers.ModelSerializer[Workload]):
+    conditions = serializers.ListField(child=serializers.DictField(), read_only=True)
+    flavors = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Workload
+        fields = [
+            "name",
+            "namespace",
+            "replica_index",
+            "phase",
+            "queue_name",
+            "cluster_queue_name",
+            "priority",
+            "priority_class_name",
+            "pending_reason",
+            "pending_message",
+            "flavors",
+            "queued_at",
+            "quota_reserved_at",
+            "admitted_at",
+            "finished_at",
+            "admissions",
+            "preemptions",
+            "preemption_reason",
+            "resumed_from_step",
+            "steps_lost",
+            "conditions",
+        ]
+        read_only_fields = fields
+
+    def get_flavors(self, row: Workload) -> dict[str, dict[str, str]]:
+        """PodSet -> resource -> flavor, while it holds quota."""
+        return {a["name"]: a["flavors"] for a in row.assignments}
+
+
+class WorkloadObjectSerializer(serializers.ModelSerializer[KubeObject]):
+    """A submitted object (Job, Deployment, JobSet, LeaderWorkerSet) and its Kueue workloads."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    api_version = serializers.CharField(read_only=True)
+    phase = serializers.SerializerMethodField()
+    queue = serializers.SerializerMethodField()
+    workloads = KueueWorkloadSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = KubeObject
+        fields = [
+            "id",
+            "cluster",
+            "api_version",
+            "kind",
+            "namespace",
+            "name",
+            "generation",
+            "phase",
+            "queue",
+            "preemptions",
+            "created_at",
+            "updated_at",
+            "workloads",
+            "manifest",
+        ]
+        read_only_fields = fields
+
+    def get_phase(self, obj: KubeObject) -> str:
+        rows = list(obj.workloads.all())
+        return object_phase(obj, rows) if rows else ("Pending" if self.get_queue(obj) else "")
+
+    def get_queue(self, obj: KubeObject) -> str:
+        labels = (obj.manifest.get("metadata") or {}).get("labels") or {}
+        return str(labels.get("kueue.x-k8s.io/queue-name", ""))
+
+
+class AppliedSerializer(serializers.Serializer[Any]):
+    key = serializers.CharField()
+    action = serializers.ChoiceField(choices=["created", "configured", "unchanged"])
+
+
+class ApplyResultSerializer(serializers.Serializer[Any]):
+    applied = AppliedSerializer(many=True)
+    objects = WorkloadObjectSerializer(many=True)
+
+
+class ScaleSerializer(serializers.Serializer[Any]):
+    replicas = serializers.IntegerField(min_value=0, max_value=10_000)
+
+
+class CheckpointSerializer(serializers.ModelSerializer[Checkpoint]):
+    workload = serializers.CharField(source="workload.name", read_only=True, default=None)
+
+    class Meta:
+        model = Checkpoint
+        fields = ["step", "path", "saved_at", "workload"]
+        read_only_fields = ["saved_at", "workload"]
+        extra_kwargs = {"path": {"required": False, "allow_blank": True}}
+
+
+class EventSerializer(serializers.BaseSerializer[Event]):
+    def to_representation(self, instance: Event) -> dict[str, Any]:
+        return serialize_event(instance)
+
+
+class EventPageSerializer(serializers.Serializer[Any]):
+    """Events in sequence order; ask again with `after=next_after` for the ones after."""
+
+    events = serializers.ListField(child=serializers.DictField())
+    next_after = serializers.IntegerField()
+
+
+class NodeSerializer(serializers.ModelSerializer[Node]):
+    class Meta:
+        model = Node
+        fields = ["name", "labels", "taints", "allocatable", "coordinates", "ready"]
+        read_only_fields = fields
+
+
+class NodePoolSerializer(serializers.ModelSerializer[NodePool]):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    tpu_topology = serializers.CharField(required=False, allow_blank=True, max_length=16)
+    block = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    node_count = serializers.IntegerField(min_value=1, max_value=1000)
+    nodes = serializers.SerializerMethodField()
+
+    class Meta:
+        model = NodePool
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "machine_type",
+            "node_count",
+            "tpu_topology",
+            "block",
+            "status",
+            "status_message",
+            "created_at",
+            "nodes",
+        ]
+        read_only_fields = ["id", "cluster", "status", "status_message", "created_at", "nodes"]
+        # The (cluster, name) constraint is checked by the view, where the cluster is known.
+        validators: list[Any] = []
+
+    def get_nodes(self, pool: NodePool) -> int:
+        return pool.nodes.count()
+
+
+class ClusterSerializer(serializers.ModelSerializer[Cluster]):
+    node_pools = NodePoolSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Cluster
+        fields = [
+            "id",
+            "name",
+            "provider",
+            "project",
+            "location",
+            "status",
+            "status_message",
+            "created_at",
+            "node_pools",
+        ]
+        read_only_fields = ["id", "status", "status_message", "created_at", "node_pools"]
+
+    def validate_provider(self, value: str) -> str:
+        if value != Cluster.Provider.SIM:
+            raise serializers.ValidationError(
+                f"provider {value!r} is not available yet; only 'sim' is"
+            )
+        return value
+
+
+class QueueObjectSerializer(serializers.Serializer[Any]):
+    """A Kueue object: its name, where it lives, and the manifest Accelplane renders for it."""
+
+    cluster = serializers.CharField()
+    name = serializers.CharField()
+    namespace = serializers.CharField(allow_blank=True)
+    manifest = serializers.DictField()
+
+
+class QueueApplyResultSerializer(serializers.Serializer[Any]):
+    applied = AppliedSerializer(many=True)
+    objects = QueueObjectSerializer(many=True)
+
+
+class MemberSerializer(serializers.Serializer[Any]):
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+
+
+class TeamSerializer(serializers.ModelSerializer[Team]):
+    namespaces = serializers.ListField(
+        child=serializers.RegexField(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"), required=False
+    )
+    members = MemberSerializer(many=True, required=False)
+
+    class Meta:
+        model = Team
+        fields = ["id", "name", "namespaces", "members", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+    def to_representation(self, instance: Team) -> dict[str, Any]:
+        return {
+            "id": instance.pk,
+            "name": instance.name,
+            "namespaces": [n.name for n in instance.namespaces.all()],
+            "members": [
+                {"username": m.user.username, "role": m.role}
+                for m in instance.memberships.select_related("user")
+            ],
+            "created_at": serializers.DateTimeField().to_representation(instance.created_at),
+        }
+
+
+class TokenSerializer(serializers.ModelSerializer[ApiToken]):
+    token = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at", "token"]
+        read_only_fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at", "token"]
+
+    def get_token(self, row: ApiToken) -> str | None:
+        """The token itself: only in the answer that created it."""
+        value: str | None = self.context.get("token")
+        return value
+
+
+class UserSerializer(serializers.ModelSerializer[User]):
+    class Meta:
+        model = User
+        fields = ["username", "is_staff"]

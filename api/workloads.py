@@ -1,0 +1,300 @@
+"""Teams' workloads: submitted as Kubernetes manifests, then listed, scaled, explained, deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import django_filters
+from django.core import signing
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.authentication import get_authorization_header
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotAuthenticated, NotFound, PermissionDenied
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api import serializers as s
+from api.common import Conflict, cluster_from, now, require_write, scope
+from api.parsers import MANIFEST_PARSERS
+from events.models import Event
+from teams.services import Scope
+from workloads import explain, runtime, services, whatif
+from workloads.manifests import CLUSTER_SCOPED, QUEUE_KINDS, Document
+from workloads.models import Checkpoint, KubeObject, Workload
+from workloads.status import WORKLOAD_KINDS
+
+CLUSTER_PARAM = OpenApiParameter(
+    "cluster", str, description="Cluster name; optional while there is only one cluster"
+)
+NAMESPACE_PARAM = OpenApiParameter(
+    "namespace",
+    str,
+    description="For documents without one, as `kubectl apply -n` (default: default)",
+)
+MANIFEST_BODY = {
+    "application/yaml": OpenApiTypes.STR,
+    "application/json": OpenApiTypes.OBJECT,
+}
+CHECKPOINT_SALT = "accelplane.checkpoint"
+
+
+def checkpoint_token(obj: KubeObject) -> str:
+    """The token a training job reports its checkpoints with: signed, bound to this object."""
+    return signing.Signer(salt=CHECKPOINT_SALT).sign(f"object-{obj.pk}")
+
+
+def _checkpoint_token_object(request: Request) -> int | None:
+    parts = get_authorization_header(request).split()
+    if len(parts) != 2 or parts[0].lower() != b"bearer":
+        return None
+    try:
+        value = signing.Signer(salt=CHECKPOINT_SALT).unsign(parts[1].decode(errors="replace"))
+    except signing.BadSignature:
+        return None
+    return int(value.removeprefix("object-"))
+
+
+def submission_check(caller: Scope) -> Callable[[Document], None]:
+    """Teams apply workloads into their own namespaces; Kueue objects are for admins."""
+
+    def authorize(doc: Document) -> None:
+        if caller.everything:
+            return
+        if doc.kind in CLUSTER_SCOPED or doc.kind in QUEUE_KINDS:
+            raise PermissionDenied(
+                f"{doc.kind} {doc.name}: Kueue and cluster-scoped objects are managed by "
+                "platform admins"
+            )
+        if not caller.can_write(doc.namespace or ""):
+            raise PermissionDenied(
+                f"{doc.kind} {doc.name}: you may not submit to namespace {doc.namespace!r}"
+            )
+
+    return authorize
+
+
+def redact(value: Any, caller: Scope) -> Any:
+    """Explain and what-if name the workloads in the way; other teams' stay anonymous."""
+    if isinstance(value, list):
+        return [redact(item, caller) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if {"namespace", "name", "object"} <= value.keys() and not caller.can_read(value["namespace"]):
+        hidden = {"namespace": "", "name": "", "owner": "", "object": "", "hidden": True}
+        return {**redact({k: v for k, v in value.items() if k not in hidden}, caller), **hidden}
+    return {key: redact(item, caller) for key, item in value.items()}
+
+
+class WorkloadFilter(django_filters.FilterSet):  # type: ignore[misc]  # untyped library
+    namespace = django_filters.CharFilter()
+    kind = django_filters.ChoiceFilter(choices=[(k, k) for k in WORKLOAD_KINDS])
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+    queue = django_filters.CharFilter(method="by_queue", label="LocalQueue name")
+    phase = django_filters.ChoiceFilter(
+        method="by_phase", choices=Workload.Phase.choices, label="Phase of a Kueue workload"
+    )
+
+    class Meta:
+        model = KubeObject
+        fields = ["namespace", "kind", "cluster", "queue", "phase"]
+
+    def by_queue(self, queryset: QuerySet[KubeObject], name: str, value: str) -> Any:
+        return queryset.filter(workloads__queue_name=value).distinct()
+
+    def by_phase(self, queryset: QuerySet[KubeObject], name: str, value: str) -> Any:
+        return queryset.filter(workloads__phase=value).distinct()
+
+
+class WorkloadViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet[KubeObject],
+):
+    """Jobs, Deployments, JobSets and LeaderWorkerSets, each with its Kueue workloads."""
+
+    serializer_class = s.WorkloadObjectSerializer
+    filterset_class = WorkloadFilter
+
+    def get_queryset(self) -> QuerySet[KubeObject]:
+        objects = (
+            KubeObject.objects.filter(kind__in=WORKLOAD_KINDS)
+            .select_related("cluster")
+            .prefetch_related("workloads")
+            .order_by("id")
+        )
+        return scope(self.request).filter(objects)
+
+    def get_parsers(self) -> list[Any]:
+        # Called before DRF sets self.action: look the action up in the route's method map.
+        method = (self.request.method or "").lower() if self.request is not None else ""
+        if getattr(self, "action_map", {}).get(method) == "create":
+            return [parser() for parser in MANIFEST_PARSERS]
+        return super().get_parsers()
+
+    @extend_schema(
+        request=MANIFEST_BODY,
+        parameters=[CLUSTER_PARAM, NAMESPACE_PARAM],
+        responses={201: s.ApplyResultSerializer, 200: s.ApplyResultSerializer},
+        description="`kubectl apply`: one or more manifests (YAML or JSON). Every document is "
+        "validated and authorized before anything is stored. 201 when something was created.",
+    )
+    def create(self, request: Request) -> Response:
+        cluster = cluster_from(request)
+        text = request.data if isinstance(request.data, str) else ""
+        applied = services.apply(
+            cluster,
+            text,
+            source="request",
+            now=now(),
+            namespace=request.query_params.get("namespace") or None,
+            authorize=submission_check(scope(request)),
+        )
+        objects = self.get_queryset().filter(
+            cluster=cluster, pk__in=[_object_id(cluster.pk, a.key) for a in applied]
+        )
+        created = any(a.action == "created" for a in applied)
+        body = {
+            "applied": [{"key": a.key, "action": a.action} for a in applied],
+            "objects": s.WorkloadObjectSerializer(objects, many=True).data,
+        }
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        obj = self.get_object()
+        body = dict(self.get_serializer(obj).data)
+        if scope(request).can_write(obj.namespace) and obj.kind in ("Job", "JobSet"):
+            body["checkpoint_token"] = checkpoint_token(obj)
+        return Response(body)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        obj = self.get_object()
+        require_write(request, obj.namespace)
+        services.delete(obj, now())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=s.ScaleSerializer, responses=s.WorkloadObjectSerializer)
+    @action(detail=True, methods=["post"])
+    def scale(self, request: Request, pk: str) -> Response:
+        """`kubectl scale`: Deployments (pods) and LeaderWorkerSets (groups)."""
+        obj = self.get_object()
+        require_write(request, obj.namespace)
+        body = s.ScaleSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.scale(obj, body.validated_data["replicas"], now())
+        return Response(self.get_serializer(self.get_queryset().get(pk=obj.pk)).data)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
+        responses=s.EventPageSerializer,
+    )
+    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
+    def events(self, request: Request, pk: str) -> Response:
+        obj = self.get_object()
+        from api.events import event_page
+
+        rows = Event.objects.filter(
+            cluster=obj.cluster.name, namespace=obj.namespace, object_key=obj.key
+        )
+        return Response(event_page(request, rows))
+
+    @extend_schema(methods=["GET"], responses=s.CheckpointSerializer(many=True), request=None)
+    @extend_schema(
+        methods=["POST"],
+        request=s.CheckpointSerializer,
+        responses={201: s.CheckpointSerializer},
+        description="A training job reports a saved checkpoint: authenticate with the "
+        "workload's `checkpoint_token` as a Bearer token, or as a submitter of its team.",
+    )
+    @action(
+        detail=True,
+        methods=["get", "post"],
+        filterset_class=None,
+        pagination_class=None,
+        permission_classes=[AllowAny],
+    )
+    def checkpoints(self, request: Request, pk: str) -> Response:
+        obj = self._checkpoint_object(request, pk)
+        if request.method == "GET":
+            rows = Checkpoint.objects.filter(owner=obj).select_related("workload")
+            return Response(s.CheckpointSerializer(rows, many=True).data)
+        body = s.CheckpointSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        row = (
+            obj.workloads.filter(phase=Workload.Phase.ADMITTED)
+            .select_related("owner", "cluster")
+            .first()
+        )
+        if row is None:
+            raise Conflict(f"{obj.key} is not running; only a running job saves checkpoints")
+        step = body.validated_data["step"]
+        latest = runtime.latest_checkpoint_step(row)
+        if step <= latest:
+            raise Conflict(f"step {step} is not after the latest checkpoint (step {latest})")
+        checkpoint = runtime.record_checkpoint(
+            row, step, now(), body.validated_data.get("path", "")
+        )
+        return Response(s.CheckpointSerializer(checkpoint).data, status=status.HTTP_201_CREATED)
+
+    def _checkpoint_object(self, request: Request, pk: str) -> KubeObject:
+        token_object = _checkpoint_token_object(request)
+        if token_object is not None:
+            if str(token_object) != str(pk):
+                raise NotFound()
+            return KubeObject.objects.select_related("cluster").get(pk=pk)
+        if not request.user.is_authenticated:
+            raise NotAuthenticated()
+        obj = self.get_object()
+        if request.method == "POST":
+            require_write(request, obj.namespace)
+        return obj
+
+    @extend_schema(responses=OpenApiResponse(OpenApiTypes.OBJECT))
+    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
+    def explain(self, request: Request, pk: str) -> Response:
+        """Why each of its Kueue workloads is pending, was preempted, or is admitted."""
+        obj = self.get_object()
+        at = now()
+        rows = obj.workloads.select_related("owner", "cluster").order_by("replica_index")
+        explained = [explain.explain(row, at) for row in rows]
+        return Response(redact({"object": obj.key, "workloads": explained}, scope(request)))
+
+
+def _object_id(cluster_id: int, key: str) -> int | None:
+    kind, *rest = key.split("/")
+    namespace, name = (rest[0], rest[1]) if len(rest) == 2 else ("", rest[0])
+    return (
+        KubeObject.objects.filter(cluster_id=cluster_id, kind=kind, namespace=namespace, name=name)
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
+class WhatIfViewSet(viewsets.ViewSet):
+    """Would these manifests be admitted now? Nothing is stored."""
+
+    def get_parsers(self) -> list[Any]:
+        return [parser() for parser in MANIFEST_PARSERS]
+
+    @extend_schema(
+        request=MANIFEST_BODY,
+        parameters=[CLUSTER_PARAM],
+        responses=OpenApiResponse(OpenApiTypes.OBJECT),
+    )
+    def create(self, request: Request) -> Response:
+        cluster = cluster_from(request)
+        text = request.data if isinstance(request.data, str) else ""
+        result = whatif.whatif(
+            cluster,
+            text,
+            "request",
+            now(),
+            namespace=request.query_params.get("namespace") or None,
+            authorize=submission_check(scope(request)),
+        )
+        return Response(redact(result, scope(request)))

@@ -1,0 +1,116 @@
+"""Who may see and change what: team scopes, API tokens, and creating teams."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.contrib.auth.models import AnonymousUser, User
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from teams.models import ApiToken, Membership, Team, TeamNamespace
+
+TOKEN_PREFIX = "apl_"
+# Writing last_used_at on every request would turn each read into a write.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class TeamError(ValueError):
+    """A tenancy change refused, with the reason a person can act on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The namespaces a user may read and write; platform admins see every namespace."""
+
+    everything: bool
+    readable: frozenset[str]
+    writable: frozenset[str]
+
+    def can_read(self, namespace: str) -> bool:
+        return self.everything or namespace in self.readable
+
+    def can_write(self, namespace: str) -> bool:
+        return self.everything or namespace in self.writable
+
+    def filter(self, queryset: QuerySet, field: str = "namespace") -> QuerySet:  # type: ignore[type-arg]
+        if self.everything:
+            return queryset
+        return queryset.filter(Q(**{f"{field}__in": self.readable}))
+
+
+def scope_of(user: User | AnonymousUser) -> Scope:
+    if not user.is_authenticated:
+        return Scope(False, frozenset(), frozenset())
+    if user.is_staff:
+        return Scope(True, frozenset(), frozenset())
+    rows = TeamNamespace.objects.filter(team__memberships__user=user).values_list(
+        "name", "team__memberships__role"
+    )
+    readable = frozenset(name for name, _ in rows)
+    writable = frozenset(name for name, role in rows if role == Membership.Role.SUBMITTER)
+    return Scope(False, readable, writable)
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def issue_token(user: User, name: str = "api") -> tuple[ApiToken, str]:
+    """A new token for `user`: the row, and the token itself, which is never stored."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken.objects.create(
+        user=user, name=name, prefix=token[: len(TOKEN_PREFIX) + 6], digest=_digest(token)
+    )
+    return row, token
+
+
+def authenticate(token: str, now: datetime | None = None) -> ApiToken | None:
+    """The live token row for `token`, or None (unknown, revoked, or its user deactivated)."""
+    row = (
+        ApiToken.objects.filter(digest=_digest(token), revoked_at__isnull=True)
+        .select_related("user")
+        .first()
+    )
+    if row is None or not row.user.is_active:
+        return None
+    now = now or timezone.now()
+    if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    return row
+
+
+def revoke(row: ApiToken, now: datetime | None = None) -> None:
+    if row.revoked_at is None:
+        row.revoked_at = now or timezone.now()
+        row.save(update_fields=["revoked_at"])
+
+
+@transaction.atomic
+def ensure_team(
+    name: str,
+    *,
+    namespaces: list[str],
+    members: Sequence[tuple[str, str]] = (),
+) -> Team:
+    """Create what is missing: the team, its namespaces, its members (username, role).
+
+    A namespace already owned by another team is refused: a namespace has one owner."""
+    team, _ = Team.objects.get_or_create(name=name)
+    for namespace in namespaces:
+        owner = TeamNamespace.objects.filter(name=namespace).select_related("team").first()
+        if owner is None:
+            TeamNamespace.objects.create(team=team, name=namespace)
+        elif owner.team_id != team.pk:
+            raise TeamError(f"namespace {namespace!r} already belongs to team {owner.team.name!r}")
+    for username, role in members:
+        if role not in Membership.Role.values:
+            raise TeamError(f"role {role!r} is not one of {', '.join(Membership.Role.values)}")
+        user, _ = User.objects.get_or_create(username=username)
+        Membership.objects.update_or_create(team=team, user=user, defaults={"role": role})
+    return team

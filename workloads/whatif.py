@@ -1,0 +1,178 @@
+"""Would these manifests be admitted now? The real path, rolled back.
+
+`whatif` runs exactly what `kubectl apply` runs (services.apply, then admission and the
+simulated cluster at `now`), reads what happened from the rows and the event log, and rolls
+everything back. Events are published only on commit and no task is enqueued on this path,
+so nothing escapes the rolled-back transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max, Q, QuerySet
+
+from clusters.models import Cluster
+from events.models import Event
+from workloads import runtime, services
+from workloads.explain import workload_ref
+from workloads.manifests import Document
+from workloads.models import KubeObject, Pod, Workload
+
+
+class _RollBack(Exception):
+    """Leaves the what-if's transaction, carrying the report read inside it."""
+
+    def __init__(self, report: dict[str, Any]):
+        super().__init__("what-if rolled back")
+        self.report = report
+
+
+def whatif(
+    cluster: Cluster,
+    text: str,
+    source: str,
+    now: datetime,
+    *,
+    namespace: str | None = None,
+    authorize: Callable[[Document], None] | None = None,
+) -> dict[str, Any]:
+    """JSON-ready: per workload of the applied objects, whether it would be admitted at `now`
+    ("admitted", "admitted_after_preemption" once its victims stop, or "pending" with Kueue's
+    reason), its flavors and placement, and whom it would preempt at what cost in steps.
+
+    Raises ManifestError for invalid manifests, as `services.apply` does; nothing is stored.
+    """
+    try:
+        with transaction.atomic():
+            raise _RollBack(_apply_and_observe(cluster, text, source, now, namespace, authorize))
+    except _RollBack as rolled_back:
+        return rolled_back.report
+
+
+def _apply_and_observe(
+    cluster: Cluster,
+    text: str,
+    source: str,
+    now: datetime,
+    namespace: str | None,
+    authorize: Callable[[Document], None] | None,
+) -> dict[str, Any]:
+    # Catch the simulated cluster up to `now` first (checkpoints due, pods ready), as live
+    # mode's tick would, so that steps lost are counted from the right checkpoint.
+    runtime.settle(cluster, now)
+    last_event = Event.objects.aggregate(last=Max("id"))["last"] or 0
+    last_workload = Workload.objects.aggregate(last=Max("id"))["last"] or 0
+    applied = services.apply(
+        cluster, text, source=source, now=now, namespace=namespace, authorize=authorize
+    )
+    log = Event.objects.filter(cluster=cluster.name, id__gt=last_event)
+    rows = Workload.objects.filter(
+        owner__in=_objects(cluster, (a.key for a in applied)),
+        phase__in=Workload.ACTIVE_PHASES,
+    ).select_related("owner")
+    return {
+        "applied": [{"object": a.key, "action": a.action} for a in applied],
+        "workloads": [_outcome(row, row.pk > last_workload, log) for row in rows],
+    }
+
+
+def _objects(cluster: Cluster, keys: Iterable[str]) -> QuerySet[KubeObject]:
+    """The KubeObjects behind applied keys (`Kind/namespace/name`); queue objects have none."""
+    query = Q(pk__in=[])
+    for key in keys:
+        kind, _, rest = key.partition("/")
+        ns, _, name = rest.rpartition("/")
+        query |= Q(kind=kind, namespace=ns, name=name)
+    return KubeObject.objects.filter(query, cluster=cluster)
+
+
+def _outcome(row: Workload, new: bool, log: QuerySet[Event]) -> dict[str, Any]:
+    victims = _victims(row, log)
+    holding = row.phase in Workload.HOLDING_QUOTA
+    result = _result(holding, bool(victims))
+    return {
+        "workload": workload_ref(row),
+        "new": new,
+        "result": result,
+        "phase": row.phase,
+        "cluster_queue": row.cluster_queue_name or None,
+        "pending": None
+        if holding
+        else {"reason": row.pending_reason, "message": row.pending_message},
+        "pod_sets": [_pod_set(p) for p in row.assignments],
+        "nodes": _nodes(row),
+        "preempts": victims,
+    }
+
+
+def _result(holding: bool, preempted_others: bool) -> str:
+    """Kueue admits a preemptor only once its victims stop: both count as admitted now."""
+    if not holding:
+        return "pending"
+    return "admitted_after_preemption" if preempted_others else "admitted"
+
+
+def _pod_set(assignment: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": assignment["name"],
+        "count": assignment["count"],
+        "flavors": assignment["flavors"],
+        "topology": assignment.get("topology"),
+    }
+
+
+def _nodes(row: Workload) -> list[dict[str, str]]:
+    """Where kube-scheduler bound its pods at `now` (pods still starting included)."""
+    bound = Pod.objects.filter(workload=row, node__isnull=False).order_by("name")
+    return [
+        {"pod": name, "node": node, "node_pool": pool}
+        for name, node, pool in bound.values_list("name", "node__name", "node__node_pool__name")
+    ]
+
+
+def _victims(row: Workload, log: QuerySet[Event]) -> list[dict[str, Any]]:
+    """The workloads preempted for this one, with the steps each lost since its checkpoint
+    (as `runtime.stop_evicted` counted them when it stopped them)."""
+    preempted = log.filter(
+        kind="workload.preempted",
+        data__preemptor=row.name,
+        data__preemptor_object=row.owner.key,
+    ).order_by("id")
+    return [_victim(row, event, log) for event in preempted]
+
+
+def _victim(row: Workload, preempted: Event, log: QuerySet[Event]) -> dict[str, Any]:
+    victim = (
+        Workload.objects.filter(
+            cluster=row.cluster, namespace=preempted.namespace, name=preempted.workload_name
+        )
+        .select_related("owner")
+        .first()
+    )
+    reason = preempted.data["reason"]
+    if victim is None:  # deleted by the same apply: the event still names it
+        name = {"namespace": preempted.namespace, "name": preempted.workload_name}
+        return {**name, "object": preempted.object_key, "reason": reason, "steps_lost": None}
+    training = victim.owner.kind in runtime.TRAINING_KINDS
+    return {
+        **workload_ref(victim),
+        "reason": reason,
+        "steps_lost": _steps_lost(preempted, log) if training else None,
+        "resumes_from_step": runtime.latest_checkpoint_step(victim) if training else None,
+    }
+
+
+def _steps_lost(preempted: Event, log: QuerySet[Event]) -> int | None:
+    evicted = log.filter(
+        kind="workload.evicted",
+        namespace=preempted.namespace,
+        workload_name=preempted.workload_name,
+        id__gt=preempted.id,
+    ).first()
+    if evicted is None:  # not stopped at `now` (the simulator stops evicted pods at once)
+        return None
+    return int(evicted.data["steps_lost"])
