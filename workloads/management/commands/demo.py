@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from clusters import services as cluster_services
 from clusters.models import Cluster
+from teams import services as teams
 from workloads import services
 
 DEMO = Path(__file__).resolve().parents[2] / "demo"
@@ -43,6 +44,7 @@ class Command(BaseCommand):
                 cluster, (DEMO / name).read_text(), source=name, now=now, namespace=namespace
             )
         self._print_login()
+        self._print_team_token()
 
     def _print_login(self) -> None:
         user_model = get_user_model()
@@ -54,3 +56,15 @@ class Command(BaseCommand):
             password_file.write_text(password)
         password = password_file.read_text() if password_file.exists() else "(set earlier)"
         self.stdout.write(f"Admin login: admin / {password}")
+
+    def _print_team_token(self) -> None:
+        """Team llm owns namespace llm; its submitter's token goes in var/ for the README's curl."""
+        token_file = Path("var") / "llm-token"
+        if not token_file.exists() or teams.authenticate(token_file.read_text()) is None:
+            teams.ensure_team("llm", namespaces=["llm"], members=[("ml-engineer", "submitter")])
+            _, token = teams.issue_token(
+                get_user_model().objects.get(username="ml-engineer"), name="demo"
+            )
+            token_file.parent.mkdir(exist_ok=True)
+            token_file.write_text(token)
+        self.stdout.write(f"API token of team llm (ml-engineer): {token_file.read_text()}")
