@@ -82,11 +82,12 @@ class WorkloadObjectSerializer(serializers.ModelSerializer[KubeObject]):
 
     def get_phase(self, obj: KubeObject) -> str:
         rows = list(obj.workloads.all())
-        return object_phase(obj, rows) if rows else ("Pending" if self.get_queue(obj) else "")
+        return object_phase(obj, rows) if rows else "Unmanaged"
 
     def get_queue(self, obj: KubeObject) -> str:
-        labels = (obj.manifest.get("metadata") or {}).get("labels") or {}
-        return str(labels.get("kueue.x-k8s.io/queue-name", ""))
+        """Its LocalQueue; empty for objects Kueue does not manage (no queue-name label)."""
+        rows = list(obj.workloads.all())
+        return rows[0].queue_name if rows else ""
 
 
 class AppliedSerializer(serializers.Serializer[Any]):
