@@ -57,6 +57,8 @@ class ClusterViewSet(
 
     def perform_create(self, serializer: s.ClusterSerializer) -> None:  # type: ignore[override]
         data = serializer.validated_data
+        if Cluster.objects.filter(name=data["name"]).exists():
+            raise Conflict(f"a cluster named {data['name']!r} already exists")
         serializer.instance = cluster_services.create_cluster(
             name=data["name"],
             provider=data.get("provider", Cluster.Provider.SIM),

@@ -180,6 +180,8 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "node_pools",
         ]
         read_only_fields = ["id", "status", "status_message", "created_at", "node_pools"]
+        # A taken name is a conflict (409), answered by the view.
+        extra_kwargs = {"name": {"validators": []}}
 
     def validate_provider(self, value: str) -> str:
         if value != Cluster.Provider.SIM:

@@ -165,3 +165,29 @@ def test_the_openapi_schema_and_docs_are_served_without_a_cdn(client):
     assert "swagger-ui" in docs
     assert "cdn" not in docs.lower()
     assert "https://" not in docs
+
+
+def test_admins_create_clusters_that_a_worker_provisions(admin, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        created = admin.post("/api/v1/clusters", {"name": "tpu-cluster"}, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["status"] == "PROVISIONING"
+    assert len(callbacks) >= 1  # the provisioning task, enqueued once the row is committed
+    assert admin.post("/api/v1/clusters", {"name": "tpu-cluster"}, format="json").status_code == 409
+    bad_name = admin.post("/api/v1/clusters", {"name": "TPU cluster!"}, format="json")
+    assert bad_name.status_code == 400
+    assert "name" in bad_name.json()
+    gke = admin.post("/api/v1/clusters", {"name": "real", "provider": "gke"}, format="json")
+    assert gke.status_code == 400
+    assert "provider" in gke.json()
+
+
+def test_browser_sessions_need_the_csrf_token_to_write(tenants):
+    from django.contrib.auth.models import User
+
+    browser = APIClient(enforce_csrf_checks=True)
+    browser.force_login(User.objects.get(username="alice"))
+    assert browser.get("/api/v1/workloads").status_code == 200
+    refused = post_manifests(browser, job(), namespace="llm")
+    assert refused.status_code == 403
+    assert "CSRF" in refused.json()["detail"]
