@@ -181,7 +181,7 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
         ]
         read_only_fields = ["id", "status", "status_message", "created_at", "node_pools"]
         # A taken name is a conflict (409), answered by the view.
-        extra_kwargs = {"name": {"validators": []}}
+        extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
 
     def validate_provider(self, value: str) -> str:
         if value != Cluster.Provider.SIM:
