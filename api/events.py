@@ -15,6 +15,7 @@ from api import serializers as s
 from api.common import scope
 from events.models import Event
 from events.services import serialize
+from teams.services import Scope
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 
@@ -35,15 +36,26 @@ def event_page(request: Request, rows: QuerySet[Event]) -> dict[str, Any]:
     }
 
 
-def visible_events(request: Request) -> QuerySet[Event]:
-    """Admins see every event; team members their namespaces' and the infrastructure's."""
-    caller = scope(request)
+# A refused manifest without a namespace may be another team's.
+PRIVATE_CLUSTER_EVENTS = frozenset({"workload.rejected"})
+
+
+def visible_events(caller: Scope) -> QuerySet[Event]:
+    """Admins see every event; team members their namespaces' and the cluster-scoped ones
+    (clusters, node pools, queues), which concern everyone."""
     if caller.everything:
         return Event.objects.all()
-    # Cluster-scoped events (clusters, node pools, queues) concern everyone; a refused
-    # manifest without a namespace may be another team's.
-    infrastructure = Q(namespace="") & ~Q(kind="workload.rejected")
-    return Event.objects.filter(Q(namespace__in=caller.readable) | infrastructure)
+    cluster_scoped = Q(namespace="") & ~Q(kind__in=PRIVATE_CLUSTER_EVENTS)
+    return Event.objects.filter(Q(namespace__in=caller.readable) | cluster_scoped)
+
+
+def is_visible(caller: Scope, event: dict[str, Any]) -> bool:
+    """`visible_events` for one serialized event."""
+    if caller.everything:
+        return True
+    if event["namespace"]:
+        return event["namespace"] in caller.readable
+    return event["kind"] not in PRIVATE_CLUSTER_EVENTS
 
 
 class EventList(APIView):
@@ -59,7 +71,7 @@ class EventList(APIView):
         responses=s.EventPageSerializer,
     )
     def get(self, request: Request) -> Response:
-        rows = visible_events(request)
+        rows = visible_events(scope(request))
         filters = {
             "kind": request.query_params.get("type"),
             "namespace": request.query_params.get("namespace"),

@@ -151,6 +151,11 @@ ACCELPLANE_PROVIDER = os.environ.get("ACCELPLANE_PROVIDER", "sim")
 # Simulated GKE operations take this long (seconds of wall time) before nodes appear.
 ACCELPLANE_SIM_OPERATION_SECONDS = envint("ACCELPLANE_SIM_OPERATION_SECONDS", 3)
 ACCELPLANE_MAX_MANIFEST_BYTES = envint("ACCELPLANE_MAX_MANIFEST_BYTES", 1_048_576)
+# How often a WebSocket re-reads the event log: the in-process channel layer cannot carry
+# events from the Celery worker, Redis can (there the poll only covers a Redis restart).
+ACCELPLANE_EVENTS_POLL_SECONDS = float(
+    os.environ.get("ACCELPLANE_EVENTS_POLL_SECONDS", "5" if REDIS_URL else "1")
+)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -178,8 +183,6 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.handle",
 }
-# A POST of manifests larger than this answers 413 (documented in docs/api.md).
-ACCELPLANE_MAX_MANIFEST_BYTES = 1024 * 1024
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Accelplane API",

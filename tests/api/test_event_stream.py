@@ -1,0 +1,108 @@
+"""/ws/events/: the log after a sequence number, then live events, scoped like the REST log."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser, User
+from django.db import transaction
+from django.utils import timezone
+
+from api.consumers import UNAUTHORIZED, EventsConsumer
+from events.models import Event
+from events.services import record_event
+from teams import services as teams
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+@pytest.fixture
+def people(settings):
+    settings.ACCELPLANE_EVENTS_POLL_SECONDS = 0.05
+    teams.ensure_team("llm", namespaces=["llm"], members=[("alice", "submitter")])
+    teams.ensure_team("vision", namespaces=["vision"], members=[("bob", "submitter")])
+    return {name: User.objects.get(username=name) for name in ("alice", "bob")}
+
+
+def write(namespace, kind="workload.admitted", publish=True):
+    """One committed event; without `publish`, as a process the channel layer cannot reach."""
+    with transaction.atomic():
+        if publish:
+            return record_event(kind, at=timezone.now(), message=kind, namespace=namespace).seq
+        return Event.objects.create(
+            at=timezone.now(), kind=kind, namespace=namespace, message=kind
+        ).seq
+
+
+async def connect(user, after=0):
+    communicator = WebsocketCommunicator(EventsConsumer.as_asgi(), f"/ws/events/?after={after}")
+    communicator.scope["user"] = user
+    connected, code = await communicator.connect()
+    return communicator, connected, code
+
+
+async def receive_until_caught_up(communicator):
+    events = []
+    while True:
+        message = await communicator.receive_json_from(timeout=5)
+        if message["type"] == "caught_up":
+            return events, message["seq"]
+        events.append(message["event"])
+
+
+async def receive_events(communicator, count):
+    return [(await communicator.receive_json_from(timeout=5))["event"] for _ in range(count)]
+
+
+async def test_anonymous_connections_are_refused():
+    _, connected, code = await connect(AnonymousUser())
+    assert (connected, code) == (False, UNAUTHORIZED)
+
+
+async def test_the_log_after_seq_comes_first_in_order_and_only_what_the_user_may_see(people):
+    seqs = [await sync_to_async(write)(ns) for ns in ("llm", "vision", "llm", "", "llm")]
+    communicator, connected, _ = await connect(people["alice"], after=seqs[0])
+    assert connected
+    events, caught_up = await receive_until_caught_up(communicator)
+    assert [e["seq"] for e in events] == [seqs[2], seqs[3], seqs[4]]  # not vision's
+    assert caught_up == seqs[4]
+    await communicator.disconnect()
+
+
+async def test_live_events_arrive_once_committed_and_other_teams_events_never(people):
+    communicator, _, _ = await connect(people["bob"])
+    await receive_until_caught_up(communicator)
+    await sync_to_async(write)("llm")
+    mine = await sync_to_async(write)("vision")
+    (event,) = await receive_events(communicator, 1)
+    assert (event["seq"], event["namespace"]) == (mine, "vision")
+    assert await communicator.receive_nothing(timeout=0.2)
+    await communicator.disconnect()
+
+
+async def test_events_the_channel_layer_never_carried_arrive_from_the_database(people):
+    """A Celery worker on the in-process layer, or a Redis restart: the poll fills the gap."""
+    communicator, _, _ = await connect(people["alice"])
+    await receive_until_caught_up(communicator)
+    unpublished = await sync_to_async(write)("llm", publish=False)
+    published = await sync_to_async(write)("llm")
+    events = await receive_events(communicator, 2)
+    assert [e["seq"] for e in events] == [unpublished, published]
+    await communicator.disconnect()
+
+
+async def test_a_browser_that_reconnects_with_its_last_seq_misses_nothing(people):
+    await sync_to_async(write)("llm")
+    communicator, _, _ = await connect(people["alice"])
+    _, last = await receive_until_caught_up(communicator)
+    await communicator.disconnect()
+    missed = [await sync_to_async(write)("llm") for _ in range(3)]
+    again, _, _ = await connect(people["alice"], after=last)
+    events, _ = await receive_until_caught_up(again)
+    assert [e["seq"] for e in events] == missed
+    await asyncio.sleep(0.1)  # polls while idle send nothing twice
+    assert await again.receive_nothing(timeout=0.2)
+    await again.disconnect()
