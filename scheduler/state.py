@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from scheduler.model import ClusterQueue, FlavorResource, ResourceFlavor, Snapshot, Workload
 from scheduler.quota import NodeKey, QuotaTree
-from scheduler.topology import TopologyUsage, add_usage, is_tas_only, node_usage
+from scheduler.topology import NodeIndex, TopologyUsage, add_usage, is_tas_only, node_usage
 
 
 class ClusterState:
@@ -21,7 +21,7 @@ class ClusterState:
         self.usage: dict[str, dict[FlavorResource, int]] = {}
         self._by_root: dict[NodeKey, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         self.topologies = snapshot.topologies
-        self.nodes = snapshot.nodes
+        self.nodes = NodeIndex(snapshot.nodes)
         self.topology = TopologyUsage(snapshot.non_tas_usage)
         for workload in snapshot.workloads:
             if workload.admission is not None:

@@ -22,13 +22,23 @@ affinity off), `tas_topology_tree.go`, `tas_nodes_cache.go` and, for annotations
    by slices; from the slice level down each domain's pods go to its own children. Below the
    slice level no domain has a slice count, so children are taken in ascending free-pod
    order there (Kueue's behaviour as implemented).
+5. Groups: the PodSets of one `podset-group-name` (a leader of one pod and its workers) are
+   placed as one PodSet of the group's pod count, so they share a domain at the requested
+   level; each pod is sized for the larger of the two requests (Kueue counts the leader
+   with its own, `podCountWithLeader`).
+
+Speed, as Kueue's per-snapshot TAS index: a NodeIndex (one per scheduling pass) keeps the
+domain trees and, per pod shape, the pods that fit in every domain; a LiveUsage logs the nodes
+whose usage changes, so a placement recounts only their leaves and builds domain objects only
+for the levels and subtrees it visits.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import overload
 
 from scheduler.model import ClusterQueue, PodSet, PodSetAssignment, ResourceFlavor
 from scheduler.placement import PODS, Node, Pod, matches_node
@@ -259,11 +269,14 @@ def has_level(topology: Topology, request: TopologyRequest) -> bool:
 
 @dataclass(slots=True, eq=False)
 class _Domain:
+    """One domain as a placement sees it; `pods` and `slices` are what fits (phase 1), then
+    what is assigned (phase 2)."""
+
+    level: int
+    index: int
     path: tuple[str, ...]
-    children: list[_Domain] = field(default_factory=list)
-    pods: int = 0
-    """Pods that fit (phase 1), then pods assigned (phase 2)."""
-    slices: int = 0
+    pods: int
+    slices: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,14 +345,14 @@ def place_pod_set(
         return Placement(None, plan, flavor.name)
     if count == 0:
         return Placement(_assignment(topology, []), "", flavor.name)
-    per_level = _tree(topology, _leaves(topology, nodes, used, flavor, pod_set), pod_set)
-    for root in per_level[0].values():
-        _fill(root, 0, plan)
-    chosen = _select(per_level, plan, plan.level)
+    index = _indexed(nodes)
+    tree = index.tree(topology.levels, flavor, pod_set)
+    counts = _Counts(tree, index.capacity(tree, used, per_pod(pod_set)), plan)
+    chosen = _select(counts, plan, plan.level)
     if isinstance(chosen, str):
         return Placement(None, chosen, flavor.name)
     fit_level, domains = chosen
-    leaves = _descend(domains, fit_level, plan, len(topology.levels))
+    leaves = _descend(counts, domains, fit_level, plan)
     return Placement(_assignment(topology, leaves), "", flavor.name)
 
 
@@ -380,44 +393,6 @@ def _plan(topology: Topology, request: TopologyRequest | None, count: int) -> _P
     return _Plan(topology.name, levels, level, slice_level, size, count, required, least_free)
 
 
-def _in_flavor(node: Node, flavor: ResourceFlavor, levels: Sequence[str]) -> bool:
-    """Kueue's nodes cache: Ready, the flavor's nodeLabels, every level label."""
-    return (
-        node.ready
-        and all(node.labels.get(k) == v for k, v in flavor.node_labels.items())
-        and all(level in node.labels for level in levels)
-    )
-
-
-def _leaves(
-    topology: Topology, nodes: Sequence[Node], used: Usage, flavor: ResourceFlavor, pod_set: PodSet
-) -> dict[tuple[str, ...], dict[str, int]]:
-    """Free capacity per lowest-level domain (its path of label values)."""
-    levels = topology.levels
-    by_host = levels[-1] == HOSTNAME
-    pod = Pod(
-        "",
-        pod_set.requests,
-        pod_set.node_selector,
-        pod_set.required_affinity,
-        pod_set.tolerations + flavor.tolerations,
-    )
-    leaves: dict[tuple[str, ...], dict[str, int]] = {}
-    for node in nodes:
-        if not _in_flavor(node, flavor, levels) or (by_host and not matches_node(pod, node)):
-            continue
-        _add_free(leaves.setdefault(tuple(node.labels[level] for level in levels), {}), node, used)
-    return leaves
-
-
-def _add_free(free: dict[str, int], node: Node, used: Usage) -> None:
-    """Add the node's allocatable minus its usage to a domain's free capacity."""
-    node_used = used.get(node.name, {})
-    for resource in {*node.allocatable, *node_used}:
-        amount = node.allocatable.get(resource, 0) - node_used.get(resource, 0)
-        free[resource] = free.get(resource, 0) + amount
-
-
 def per_pod(pod_set: PodSet) -> dict[str, int]:
     """What one pod takes on a node: its requests plus one `pods`."""
     requests = {r: v for r, v in pod_set.requests.items() if v}
@@ -425,41 +400,46 @@ def per_pod(pod_set: PodSet) -> dict[str, int]:
     return requests
 
 
-def _pods_fitting(free: Mapping[str, int], requests: Mapping[str, int]) -> int:
-    return min(max(0, free.get(r, 0)) // amount for r, amount in requests.items())
+def _pods_fitting(nodes: Iterable[Node], requests: Mapping[str, int], *usages: Usage) -> int:
+    """How many pods fit in the nodes' allocatable minus `usages`, pooled: Kueue counts free
+    capacity per domain, not per node."""
+    free = dict.fromkeys(requests, 0)
+    for node in nodes:
+        taken = [usage[node.name] for usage in usages if node.name in usage]
+        for resource in free:
+            amount = node.allocatable.get(resource, 0)
+            free[resource] += amount - sum(t.get(resource, 0) for t in taken)
+    return min(max(0, free[r]) // amount for r, amount in requests.items())
 
 
-def _tree(
-    topology: Topology, leaves: Mapping[tuple[str, ...], Mapping[str, int]], pod_set: PodSet
-) -> list[dict[tuple[str, ...], _Domain]]:
-    """Domains per level, each leaf knowing how many pods fit in it."""
-    depth = len(topology.levels)
-    requests = per_pod(pod_set)
-    per_level: list[dict[tuple[str, ...], _Domain]] = [{} for _ in range(depth)]
-    for path, free in sorted(leaves.items()):
-        child = _Domain(path, pods=_pods_fitting(free, requests))
-        per_level[-1][path] = child
-        for level in range(depth - 2, -1, -1):
-            parent = per_level[level].get(path[: level + 1])
-            known = parent is not None
-            if parent is None:
-                parent = per_level[level][path[: level + 1]] = _Domain(path[: level + 1])
-            parent.children.append(child)
-            if known:
-                break
-            child = parent
-    return per_level
+class _Counts:
+    """Phase 1 for one placement: what fits in each domain. Pods come from the capacity;
+    slices are counted at the slice level and summed above it (none below). Domains are made
+    as the search reaches them, so a placement touches only the levels and subtrees it uses."""
 
+    def __init__(self, tree: _Tree, capacity: _Capacity, plan: _Plan):
+        self.tree = tree
+        self.pods = capacity.pods
+        self.plan = plan
 
-def _fill(domain: _Domain, level: int, plan: _Plan) -> None:
-    """Sum pods up the tree; whole slices at the slice level, summed above it, 0 below."""
-    for child in domain.children:
-        _fill(child, level + 1, plan)
-    if domain.children:
-        domain.pods = sum(c.pods for c in domain.children)
-        domain.slices = sum(c.slices for c in domain.children)
-    if level == plan.slice_level:
-        domain.slices = domain.pods // plan.slice_size
+    def domains(self, level: int) -> list[_Domain]:
+        return [self._domain(level, i) for i in range(len(self.tree.paths[level]))]
+
+    def children(self, domain: _Domain) -> list[_Domain]:
+        level = domain.level + 1
+        return [self._domain(level, i) for i in self.tree.children[domain.level][domain.index]]
+
+    def _domain(self, level: int, index: int) -> _Domain:
+        path = self.tree.paths[level][index]
+        return _Domain(level, index, path, self.pods[level][index], self._slices(level, index))
+
+    def _slices(self, level: int, index: int) -> int:
+        slice_level, size = self.plan.slice_level, self.plan.slice_size
+        if level > slice_level:
+            return 0
+        if level == slice_level or size == 1:  # slices of one pod sum up like pods
+            return self.pods[level][index] // size
+        return sum(self._slices(level + 1, i) for i in self.tree.children[level][index])
 
 
 def _ordered(domains: Iterable[_Domain], least_free: bool) -> list[_Domain]:
@@ -476,11 +456,9 @@ def _best_fit(domains: Sequence[_Domain], need: int, by_slices: bool) -> _Domain
     return min(fitting, key=lambda d: d.slices if by_slices else d.pods)
 
 
-def _select(
-    per_level: list[dict[tuple[str, ...], _Domain]], plan: _Plan, level: int
-) -> tuple[int, list[_Domain]] | str:
+def _select(counts: _Counts, plan: _Plan, level: int) -> tuple[int, list[_Domain]] | str:
     """Kueue `findLevelWithFitDomains`: the level and the domains that hold every slice."""
-    ordered = _ordered(per_level[level].values(), plan.least_free)
+    ordered = _ordered(counts.domains(level), plan.least_free)
     if not ordered:
         return f"no topology domains at level: {plan.levels[level]}"
     need = plan.slices
@@ -493,7 +471,7 @@ def _select(
     if plan.required:
         return plan.no_fit(ordered[0].slices)
     if level > 0 and not plan.least_free:
-        return _select(per_level, plan, level - 1)
+        return _select(counts, plan, level - 1)
     chosen = _greedy(ordered, need, plan.least_free)
     taken = sum(d.slices for d in chosen)
     return (level, chosen) if taken >= need else plan.no_fit(taken)
@@ -536,19 +514,19 @@ def _take(
     raise AssertionError(f"capacity summed up the tree does not cover {count} pods")
 
 
-def _descend(domains: list[_Domain], level: int, plan: _Plan, depth: int) -> list[_Domain]:
+def _descend(counts: _Counts, domains: list[_Domain], level: int, plan: _Plan) -> list[_Domain]:
     """Kueue phase 2b: from the chosen domains down to the leaves that get pods."""
-    lf = plan.least_free
+    lf, leaf_level = plan.least_free, len(plan.levels) - 1
     current = _take(domains, plan.count, plan.slice_size, True, lf)
-    while level < min(depth - 1, plan.slice_level):
-        children = [c for d in current for c in d.children]
+    while level < min(leaf_level, plan.slice_level):
+        children = [c for d in current for c in counts.children(d)]
         current = _take(_ordered(children, lf), plan.count, plan.slice_size, True, lf)
         level += 1
-    while level < depth - 1:
+    while level < leaf_level:
         current = [
             child
             for d in current
-            for child in _take(_ordered(d.children, lf), d.pods, 1, False, lf)
+            for child in _take(_ordered(counts.children(d), lf), d.pods, 1, False, lf)
         ]
         level += 1
     return current
@@ -565,26 +543,179 @@ def _assignment(topology: Topology, leaves: Iterable[_Domain]) -> TopologyAssign
     return TopologyAssignment(topology.levels[start:], domains)
 
 
+# -- node index -------------------------------------------------------------------------------
+
+
+class _Tree:
+    """The domains of a topology over the nodes one kind of pod may use: each level's label
+    values in order, the children of each domain, and each leaf's nodes and ancestors."""
+
+    def __init__(self, levels: tuple[str, ...], leaves: Mapping[tuple[str, ...], Sequence[Node]]):
+        self.paths: list[list[tuple[str, ...]]] = [[] for _ in levels]
+        self.children: list[list[list[int]]] = [[] for _ in levels]
+        self.leaf_nodes: list[Sequence[Node]] = []
+        self.ancestors: list[tuple[int, ...]] = []
+        """Per leaf, its domain's index at every level (its own last)."""
+        self.leaves_of: dict[str, list[int]] = {}
+        for path in sorted(leaves):
+            self._add_leaf(path, leaves[path])
+
+    def _add_leaf(self, path: tuple[str, ...], nodes: Sequence[Node]) -> None:
+        chain: list[int] = []
+        for level, paths in enumerate(self.paths):
+            prefix = path[: level + 1]
+            if not paths or paths[-1] != prefix:  # leaves come sorted: a new prefix is last
+                paths.append(prefix)
+                self.children[level].append([])
+                if chain:
+                    self.children[level - 1][chain[-1]].append(len(paths) - 1)
+            chain.append(len(paths) - 1)
+        for node in nodes:
+            self.leaves_of.setdefault(node.name, []).append(len(self.leaf_nodes))
+        self.leaf_nodes.append(nodes)
+        self.ancestors.append(tuple(chain))
+
+
+class _Capacity:
+    """Pods of one shape that fit in every domain of a tree (per level), at some usage."""
+
+    def __init__(self, tree: _Tree, requests: Mapping[str, int], used: Usage):
+        self.tree = tree
+        self.requests = requests
+        self.pods = [[0] * len(paths) for paths in tree.paths]
+        self.seen = len(used.changes) if isinstance(used, LiveUsage) else 0
+        """How many of the usage's changes the counts include."""
+        for leaf in range(len(tree.leaf_nodes)):
+            self._recount(leaf, used)
+
+    def catch_up(self, used: LiveUsage) -> None:
+        """Recount only the leaves whose nodes' usage changed since last time."""
+        changed = set(used.changes[self.seen :])
+        self.seen = len(used.changes)
+        for name in changed:
+            for leaf in self.tree.leaves_of.get(name, ()):
+                self._recount(leaf, used)
+
+    def _recount(self, leaf: int, used: Usage) -> None:
+        fit = _pods_fitting(self.tree.leaf_nodes[leaf], self.requests, used)
+        ancestors = self.tree.ancestors[leaf]
+        delta = fit - self.pods[-1][ancestors[-1]]
+        for level, index in enumerate(ancestors):
+            self.pods[level][index] += delta
+
+
+_CapacityKey = tuple[int, int, tuple[tuple[str, int], ...]]
+
+
+class NodeIndex(Sequence[Node]):
+    """A snapshot's nodes with what placement derives from them, kept for the snapshot's life
+    (Kueue's per-snapshot TAS index): domain trees per flavor and pod filters, and the pods of
+    each shape that fit per domain, kept in step with a LiveUsage node by node instead of
+    recounted for every placement."""
+
+    def __init__(self, nodes: Iterable[Node]):
+        self._nodes = tuple(nodes)
+        self._in_flavor: dict[Hashable, dict[tuple[str, ...], list[Node]]] = {}
+        self._trees: dict[Hashable, _Tree] = {}
+        self._capacities: dict[_CapacityKey, tuple[LiveUsage, _Capacity]] = {}
+        self._first_names: dict[tuple[str, ...], dict[tuple[str, ...], str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    @overload
+    def __getitem__(self, index: int) -> Node: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Node]: ...
+
+    def __getitem__(self, index: int | slice) -> Node | Sequence[Node]:
+        return self._nodes[index]
+
+    def in_flavor(
+        self, levels: tuple[str, ...], flavor: ResourceFlavor
+    ) -> dict[tuple[str, ...], list[Node]]:
+        """Kueue's nodes cache: the Ready nodes with the flavor's nodeLabels and every level
+        label, by their level values."""
+        key = (levels, tuple(sorted(flavor.node_labels.items())))
+        if key not in self._in_flavor:
+            domains: dict[tuple[str, ...], list[Node]] = {}
+            for node in self._nodes:
+                if _in_flavor(node, flavor, levels):
+                    domains.setdefault(tuple(node.labels[v] for v in levels), []).append(node)
+            self._in_flavor[key] = domains
+        return self._in_flavor[key]
+
+    def tree(self, levels: tuple[str, ...], flavor: ResourceFlavor, pod_set: PodSet) -> _Tree:
+        """The domains whose nodes can take the PodSet's pods. Pod filters apply only when the
+        lowest level is the hostname, as Kueue's scheduler simulation checks them only then."""
+        by_host = levels[-1] == HOSTNAME
+        tolerations = pod_set.tolerations + flavor.tolerations
+        pod = Pod("", {}, pod_set.node_selector, pod_set.required_affinity, tolerations)
+        filters = (tuple(sorted(pod.node_selector.items())), pod.required_affinity, tolerations)
+        key = (levels, tuple(sorted(flavor.node_labels.items())), filters if by_host else None)
+        if key not in self._trees:
+            leaves = {
+                path: [n for n in nodes if not by_host or matches_node(pod, n)]
+                for path, nodes in self.in_flavor(levels, flavor).items()
+            }
+            self._trees[key] = _Tree(levels, {p: ns for p, ns in leaves.items() if ns})
+        return self._trees[key]
+
+    def capacity(self, tree: _Tree, used: Usage, requests: Mapping[str, int]) -> _Capacity:
+        """Pods of this shape that fit per domain at `used`; kept across placements when
+        `used` is a LiveUsage, counted afresh otherwise."""
+        if not isinstance(used, LiveUsage):
+            return _Capacity(tree, requests, used)
+        key = (id(used), id(tree), tuple(sorted(requests.items())))
+        kept = self._capacities.get(key)
+        if kept is None or kept[0] is not used:
+            self._capacities[key] = (used, _Capacity(tree, requests, used))
+            return self._capacities[key][1]
+        kept[1].catch_up(used)
+        return kept[1]
+
+    def first_names(self, levels: tuple[str, ...]) -> dict[tuple[str, ...], str]:
+        """Per level values, the first node by name that carries them (any node with the
+        level labels, as usage is charged whatever the node's state)."""
+        if levels not in self._first_names:
+            names: dict[tuple[str, ...], str] = {}
+            for node in sorted(self._nodes, key=lambda n: n.name):
+                if all(level in node.labels for level in levels):
+                    names.setdefault(tuple(node.labels[v] for v in levels), node.name)
+            self._first_names[levels] = names
+        return self._first_names[levels]
+
+
+def _indexed(nodes: Sequence[Node]) -> NodeIndex:
+    return nodes if isinstance(nodes, NodeIndex) else NodeIndex(nodes)
+
+
+def _in_flavor(node: Node, flavor: ResourceFlavor, levels: Sequence[str]) -> bool:
+    """Kueue's nodes cache: Ready, the flavor's nodeLabels, every level label."""
+    return (
+        node.ready
+        and all(node.labels.get(k) == v for k, v in flavor.node_labels.items())
+        and all(level in node.labels for level in levels)
+    )
+
+
 # -- usage ------------------------------------------------------------------------------------
 
 
 def node_usage(
-    assignment: TopologyAssignment, pod_set: PodSet, nodes: Iterable[Node]
+    assignment: TopologyAssignment, pod_set: PodSet, nodes: Sequence[Node]
 ) -> dict[str, dict[str, int]]:
     """What an assignment takes on each node (its requests and `pods`), for `used`.
 
     A domain above the hostname is charged to its first node by name: only the domain's
     total matters, as Kueue counts capacity per lowest-level domain. Domains whose nodes are
     gone are skipped, as Kueue skips their usage."""
-    by_values: dict[tuple[str, ...], str] = {}
-    for node in sorted(nodes, key=lambda n: n.name):
-        if all(level in node.labels for level in assignment.levels):
-            values = tuple(node.labels[level] for level in assignment.levels)
-            by_values.setdefault(values, node.name)
+    first_names = _indexed(nodes).first_names(assignment.levels)
     usage: dict[str, dict[str, int]] = {}
     requests = per_pod(pod_set)
     for domain in assignment.domains:
-        name = by_values.get(domain.values)
+        name = first_names.get(domain.values)
         if name is None:
             continue
         node_used = usage.setdefault(name, {})
@@ -596,20 +727,26 @@ def node_usage(
 def assignment_fits(
     assignment: TopologyAssignment,
     pod_set: PodSet,
-    nodes: Iterable[Node],
+    nodes: Sequence[Node],
     used: Usage,
     flavor: ResourceFlavor,
 ) -> bool:
     """Kueue `TASFlavorSnapshot.Fits`: every domain of an existing assignment still has room
     for its pods at `used` (e.g. after other workloads were admitted in the same cycle)."""
-    free: dict[tuple[str, ...], dict[str, int]] = {}
-    for node in nodes:
-        if _in_flavor(node, flavor, assignment.levels):
-            values = tuple(node.labels[level] for level in assignment.levels)
-            _add_free(free.setdefault(values, {}), node, used)
+    return _still_fits(_indexed(nodes), assignment, pod_set, flavor, used, {})
+
+
+def _still_fits(
+    index: NodeIndex,
+    assignment: TopologyAssignment,
+    pod_set: PodSet,
+    flavor: ResourceFlavor,
+    *usages: Usage,
+) -> bool:
+    domains = index.in_flavor(assignment.levels, flavor)
     requests = per_pod(pod_set)
     return all(
-        d.values in free and _pods_fitting(free[d.values], requests) >= d.count
+        d.values in domains and _pods_fitting(domains[d.values], requests, *usages) >= d.count
         for d in assignment.domains
     )
 
@@ -624,15 +761,16 @@ def placements_fit(
     """`assignment_fits` for every PodSetAssignment that carries a topology assignment, each
     PodSet seeing what the earlier ones take."""
     by_name = {ps.name: ps for ps in pod_sets}
-    total: Usage = used
+    index = _indexed(nodes)
+    assumed: dict[str, dict[str, int]] = {}
     for a in assignments:
         flavor = _tas_flavor(a, flavors)
         if a.topology_assignment is None or flavor is None:
             continue
         pod_set = by_name[a.name]
-        if not assignment_fits(a.topology_assignment, pod_set, nodes, total, flavor):
+        if not _still_fits(index, a.topology_assignment, pod_set, flavor, used, assumed):
             return False
-        total = add_usage(total, node_usage(a.topology_assignment, pod_set, nodes))
+        assumed = add_usage(assumed, node_usage(a.topology_assignment, pod_set, index))
     return True
 
 
@@ -647,27 +785,55 @@ def add_usage(*usages: Usage) -> dict[str, dict[str, int]]:
     return total
 
 
+class LiveUsage(dict[str, dict[str, int]]):
+    """Per-node usage that changes in place and logs the nodes it changed on, so that a
+    NodeIndex recounts only their domains (Kueue updates free capacity incrementally)."""
+
+    def __init__(self, usage: Usage | None = None):
+        super().__init__(add_usage(usage or {}))
+        self.changes: list[str] = []
+
+    def add(self, usage: Usage) -> None:
+        for name, amounts in usage.items():
+            node_used = self.setdefault(name, {})
+            for resource, amount in amounts.items():
+                node_used[resource] = node_used.get(resource, 0) + amount
+            self.changes.append(name)
+
+    def subtract(self, usage: Usage) -> None:
+        """Take off what `add` put on; what drops to nothing is gone."""
+        for name, amounts in usage.items():
+            node_used = self.setdefault(name, {})
+            for resource, amount in amounts.items():
+                node_used[resource] = node_used.get(resource, 0) - amount
+                if not node_used[resource]:
+                    del node_used[resource]
+            if not node_used:
+                del self[name]
+            self.changes.append(name)
+
+
 class TopologyUsage:
     """Per-node usage during a scheduling pass: non-TAS pods, plus what each TAS workload
     holds, released by workload key (as ClusterState holds and releases quota)."""
 
     def __init__(self, non_tas: Usage | None = None):
-        self.non_tas: dict[str, dict[str, int]] = add_usage(non_tas or {})
+        self.non_tas = LiveUsage(non_tas)
         self._held: dict[str, dict[str, dict[str, int]]] = {}
-        self._total: dict[str, dict[str, int]] | None = None
+        self._total = LiveUsage(self.non_tas)
 
     def hold(self, key: str, usage: Usage) -> None:
+        self.release(key)
         self._held[key] = add_usage(usage)
-        self._total = None
+        self._total.add(self._held[key])
 
     def release(self, key: str) -> None:
-        if self._held.pop(key, None) is not None:
-            self._total = None
+        held = self._held.pop(key, None)
+        if held is not None:
+            self._total.subtract(held)
 
-    def used(self) -> dict[str, dict[str, int]]:
-        """Non-TAS usage plus every held workload's."""
-        if self._total is None:
-            self._total = add_usage(self.non_tas, *self._held.values())
+    def used(self) -> LiveUsage:
+        """Non-TAS usage plus every held workload's, kept up to date in place."""
         return self._total
 
 
@@ -684,44 +850,131 @@ def place_workload(
     tas_only: bool = False,
 ) -> dict[str, Placement]:
     """Kueue `FindTopologyAssignmentsForWorkload`: place every PodSet that requests TAS on
-    its assigned TAS flavor, each seeing what the earlier ones took (assumed usage).
+    its assigned TAS flavor, each seeing what the earlier ones took (assumed usage). The
+    PodSets of one `podset-group-name` are placed together, as one unit.
 
-    Returns a Placement per such PodSet, in PodSet order, stopping after the first that
+    Returns a Placement per such PodSet, in PodSet order, stopping after the first unit that
     does not fit. Pass non-TAS usage only as `used` to simulate an empty topology."""
     by_name = {ps.name: ps for ps in pod_sets}
+    members = [
+        (by_name[a.name], a)
+        for a in assignments
+        if requests_topology(by_name[a.name], tas_only) and a.count > 0
+    ]
     result: dict[str, Placement] = {}
     assumed: dict[str, dict[str, int]] = {}
-    for assignment in assignments:
-        pod_set = by_name[assignment.name]
-        if not requests_topology(pod_set, tas_only) or assignment.count == 0:
-            continue
-        placement = _place_one(pod_set, assignment, flavors, topologies, nodes, used, assumed)
-        result[pod_set.name] = placement
-        if placement.assignment is None:
-            break
-        assumed = add_usage(assumed, node_usage(placement.assignment, pod_set, nodes))
+    for unit in _placement_units(members):
+        total = add_usage(used, assumed) if assumed else used
+        placements = _place_unit(unit, flavors, topologies, nodes, total)
+        result.update(placements)
+        for pod_set, _ in unit:
+            placed = placements[pod_set.name].assignment
+            if placed is None:
+                return result
+            assumed = add_usage(assumed, node_usage(placed, pod_set, nodes))
     return result
 
 
-def _place_one(
-    pod_set: PodSet,
-    assignment: PodSetAssignment,
+_Member = tuple[PodSet, PodSetAssignment]
+
+
+def _placement_units(members: Sequence[_Member]) -> list[list[_Member]]:
+    """Each PodSet alone, except that a group's PodSets form one unit where its first is."""
+    units: list[list[_Member]] = []
+    groups: dict[str, list[_Member]] = {}
+    for member in members:
+        request = member[0].topology_request
+        group = request.group if request is not None else None
+        if group is None:
+            units.append([member])
+        elif group in groups:
+            groups[group].append(member)
+        else:
+            groups[group] = [member]
+            units.append(groups[group])
+    return units
+
+
+def _place_unit(
+    unit: list[_Member],
     flavors: Mapping[str, ResourceFlavor],
     topologies: Mapping[str, Topology],
     nodes: Sequence[Node],
     used: Usage,
-    assumed: Usage,
-) -> Placement:
-    names = _tas_flavor_names(assignment, flavors)
-    if len(names) != 1:
-        problem = "no TAS flavor assigned" if not names else f"multiple TAS flavors {names}"
-        return Placement(None, f"PodSet {pod_set.name}: {problem}")
-    flavor = flavors[names[0]]
+) -> dict[str, Placement]:
+    flavor = _unit_flavor(unit, flavors)
+    if isinstance(flavor, str):
+        return {pod_set.name: Placement(None, flavor) for pod_set, _ in unit}
     topology = topologies.get(flavor.topology_name or "")
     if topology is None:
-        return Placement(None, f"topology {flavor.topology_name} not found", flavor.name)
-    total = add_usage(used, assumed) if assumed else used
-    return place_pod_set(topology, nodes, total, flavor, pod_set, assignment.count)
+        reason = f"topology {flavor.topology_name} not found"
+        return {pod_set.name: Placement(None, reason, flavor.name) for pod_set, _ in unit}
+    if len(unit) == 1:
+        pod_set, assignment = unit[0]
+        return {
+            pod_set.name: place_pod_set(topology, nodes, used, flavor, pod_set, assignment.count)
+        }
+    return _place_group(unit, topology, nodes, used, flavor)
+
+
+def _unit_flavor(
+    unit: list[_Member], flavors: Mapping[str, ResourceFlavor]
+) -> ResourceFlavor | str:
+    """The one TAS flavor of the unit's PodSets, or why there is none."""
+    names: set[str] = set()
+    for pod_set, assignment in unit:
+        found = _tas_flavor_names(assignment, flavors)
+        if len(found) != 1:
+            problem = "no TAS flavor assigned" if not found else f"multiple TAS flavors {found}"
+            return f"PodSet {pod_set.name}: {problem}"
+        names.update(found)
+    if len(names) > 1:
+        return f"PodSet group {_group_of(unit)}: different TAS flavors {sorted(names)}"
+    return flavors[names.pop()]
+
+
+def _group_of(unit: list[_Member]) -> str | None:
+    request = unit[0][0].topology_request
+    return request.group if request is not None else None
+
+
+def _place_group(
+    unit: list[_Member],
+    topology: Topology,
+    nodes: Sequence[Node],
+    used: Usage,
+    flavor: ResourceFlavor,
+) -> dict[str, Placement]:
+    """Kueue's grouped placement: a leader of one pod and its workers go into one domain at
+    the workers' requested level as a single PodSet whose pod count is the group's. Every pod
+    is sized for the larger of the two requests (exact when they ask for the same); the
+    leader takes one pod of the first domain."""
+    (leader, lead), (workers, work) = _leader_and_workers(unit)
+    if len(unit) != 2 or lead.count != 1:
+        reason = f"PodSet group {_group_of(unit)}: needs one leader pod and one workers PodSet"
+        return {pod_set.name: Placement(None, reason, flavor.name) for pod_set, _ in unit}
+    together = replace(workers, requests=_larger(leader.requests, workers.requests))
+    placement = place_pod_set(topology, nodes, used, flavor, together, lead.count + work.count)
+    if placement.assignment is None:
+        return {pod_set.name: placement for pod_set, _ in unit}
+    first, *others = placement.assignment.domains
+    levels = placement.assignment.levels
+    rest = (replace(first, count=first.count - 1),) if first.count > 1 else ()
+    split = {
+        leader.name: TopologyAssignment(levels, (replace(first, count=1),)),
+        workers.name: TopologyAssignment(levels, (*rest, *others)),
+    }
+    return {pod_set.name: Placement(split[pod_set.name], "", flavor.name) for pod_set, _ in unit}
+
+
+def _leader_and_workers(unit: list[_Member]) -> tuple[_Member, _Member]:
+    """Kueue `findLeaderAndWorkers`: the second PodSet leads unless it has more pods."""
+    first, second = unit[0], unit[-1]
+    return (first, second) if second[1].count > first[1].count else (second, first)
+
+
+def _larger(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    return {r: max(a.get(r, 0), b.get(r, 0)) for r in {*a, *b}}
 
 
 def _tas_flavor_names(

@@ -42,11 +42,12 @@ def pod_set(
     count: int,
     min_count: int | None = None,
     slice_pods: int | None = None,
+    slice_group: str | None = None,
 ) -> PodSetSpec:
     """The PodSet of the pod template at field path `base`.
 
     `slice_pods`: the pods of one Job or LWS group, for a TPU slice-topology annotation
-    (default: `count`)."""
+    (default: `count`); `slice_group`: the podset-group-name when PodSets are one sub-slice."""
     metadata = fields.mapping(template, "metadata", base)
     meta_path = join(base, "metadata")
     spec = fields.mapping(template, "spec", base, required=True)
@@ -70,6 +71,7 @@ def pod_set(
             join(meta_path, "annotations"),
             (count if slice_pods is None else slice_pods, count),
             requests,
+            slice_group,
         ),
         labels=fields.labels(metadata, "labels", meta_path),
         priority_class_name=fields.optional_string(spec, "priorityClassName", path) or None,
@@ -83,13 +85,14 @@ def _topology_annotations(
     path: str,
     pods: tuple[int, int],
     requests: Mapping[str, int],
+    slice_group: str | None,
 ) -> dict[str, str]:
     """The annotations after the TPU slice webhook, with their TAS request validated."""
     annotations = dict(annotations)  # the manifest itself stays as applied
     shape = annotations.get(SLICE_TOPOLOGY_ANNOTATION)
     if shape is not None:
         try:
-            annotations.update(slice_annotations(shape, pods[0], pods[1], requests))
+            annotations.update(slice_annotations(shape, pods[0], pods[1], requests, slice_group))
         except ValueError as problem:
             raise fields.error(join(path, SLICE_TOPOLOGY_ANNOTATION), shape, str(problem)) from None
     try:

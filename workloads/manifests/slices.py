@@ -3,6 +3,9 @@
 `cloud.google.com/gke-tpu-slice-topology: AxBxC` on a pod template (seeds.md §B.4,
 tpu-slice-controller `internal/webhooks`): sub-slice shapes are placed inside one cube on
 their partition level; larger shapes are super-slices joining whole 4x4x4 cubes of a block.
+A LeaderWorkerSet group whose leader and workers ask for the same sub-slice shape is one slice:
+both PodSets share a podset-group-name and require the shape's partition, so Kueue places the
+whole group (leader plus workers) in one partition.
 """
 
 from __future__ import annotations
@@ -11,13 +14,20 @@ import math
 from collections.abc import Mapping
 
 from clusters.catalog import CUBE_TOPOLOGY, LABEL_TOPOLOGY_BLOCK, partition_id_label
-from scheduler.topology import REQUIRED_ANNOTATION, SLICE_LEVEL_ANNOTATION, SLICE_SIZE_ANNOTATION
+from scheduler.topology import (
+    GROUP_ANNOTATION,
+    REQUIRED_ANNOTATION,
+    SLICE_LEVEL_ANNOTATION,
+    SLICE_SIZE_ANNOTATION,
+)
 
 SLICE_TOPOLOGY_ANNOTATION = "cloud.google.com/gke-tpu-slice-topology"
 SUBSLICE_SHAPES = ("2x2x1", "2x2x2", "2x2x4", "2x4x4")
 CUBE_CHIPS = 64
 MAX_SUPERSLICE_CHIPS = 9216
 TPU = "google.com/tpu"
+SLICE_GROUP = "tpu-slice"
+"""The podset-group-name of a LeaderWorkerSet group that is one slice."""
 
 
 def shape_dims(shape: str) -> tuple[int, ...] | None:
@@ -39,15 +49,22 @@ def superslice_problem(dims: tuple[int, ...]) -> str | None:
 
 
 def slice_annotations(
-    shape: str, slice_pods: int, total_pods: int, requests: Mapping[str, int]
+    shape: str,
+    slice_pods: int,
+    total_pods: int,
+    requests: Mapping[str, int],
+    group: str | None = None,
 ) -> dict[str, str]:
     """The TAS annotations the webhook writes for `shape`.
 
     `slice_pods` is the pods of one Job (parallelism) or LWS group; `total_pods` the PodSet's
-    pod count. Raises ValueError with the reason for shapes the webhook rejects."""
+    pod count; `group` the podset-group-name of PodSets that are one sub-slice together.
+    Raises ValueError with the reason for shapes the webhook rejects."""
     dims = shape_dims(shape)
     if dims is None:
         raise ValueError(f"{shape!r} is not a TPU topology of the form AxBxC")
+    if shape in SUBSLICE_SHAPES and group is not None:
+        return {REQUIRED_ANNOTATION: partition_id_label(shape), GROUP_ANNOTATION: group}
     if shape in SUBSLICE_SHAPES:
         return _annotations(partition_id_label(shape), slice_pods)
     problem = superslice_problem(dims)

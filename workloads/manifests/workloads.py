@@ -14,6 +14,7 @@ from typing import Any
 from workloads.manifests.documents import Document
 from workloads.manifests.fields import INT32_MAX, Fields, join
 from workloads.manifests.podsets import PodSetSpec, pod_set
+from workloads.manifests.slices import SLICE_GROUP, SLICE_TOPOLOGY_ANNOTATION
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -178,9 +179,27 @@ def _leader_worker_set(fields: Fields, doc: Document, spec: Mapping[str, Any]) -
         return replicas, True, [pod_set(fields, worker, worker_path, name="main", count=size)]
     # Kueue keeps a count-0 "worker" PodSet for size 1; it reserves nothing, so it is left out
     # here (the worker template is still validated).
-    workers = pod_set(fields, worker, worker_path, name="worker", count=size - 1)
-    leaders = pod_set(fields, leader, join(base, "leaderTemplate"), name="leader", count=1)
+    one_slice = _slice_group(leader, worker) if size > 1 else None
+    workers = pod_set(
+        fields, worker, worker_path, name="worker", count=size - 1, slice_group=one_slice
+    )
+    leaders = pod_set(
+        fields, leader, join(base, "leaderTemplate"), name="leader", count=1, slice_group=one_slice
+    )
     return replicas, True, [leaders, workers] if size > 1 else [leaders]
+
+
+def _slice_group(leader: Mapping[str, Any], worker: Mapping[str, Any]) -> str | None:
+    """The GKE slice webhook makes leader and workers one slice when both ask for one shape."""
+    shape = _slice_shape(leader)
+    return SLICE_GROUP if shape is not None and shape == _slice_shape(worker) else None
+
+
+def _slice_shape(template: Mapping[str, Any]) -> object:
+    """The template's slice-topology annotation, if it has one (pod_set validates the rest)."""
+    metadata = template.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations.get(SLICE_TOPOLOGY_ANNOTATION) if isinstance(annotations, Mapping) else None
 
 
 _SHAPES: dict[str, Callable[[Fields, Document, Mapping[str, Any]], _Built]] = {

@@ -1,11 +1,12 @@
-"""TAS end to end in the pure scheduler: the TPU dynamic-slicing seed (seeds.md §B.3)."""
+"""TAS end to end in the pure scheduler: the TPU dynamic-slicing seeds (seeds.md §B.3-B.4)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduler import PodSet, Snapshot, Workload, schedule
-from scheduler.topology import TopologyRequest
+from scheduler import PodSet, PodSetAssignment, Snapshot, Workload, schedule
+from scheduler.topology import TopologyRequest, place_workload, request_from_annotations
+from tests.shared import requires_shared
 from tests.unit.scheduler.builders import LOWER, cq
 from tests.unit.scheduler.test_topology import (
     SLICE_LEVELS,
@@ -16,6 +17,9 @@ from tests.unit.scheduler.test_topology import (
     partition_id_label,
     tpu_nodes,
 )
+from tests.unit.test_manifests import seed_doc
+from workloads.manifests import workload_shape
+from workloads.manifests.slices import SLICE_GROUP, slice_annotations
 
 QUEUE = cq("cq", {"slice-rf": {TPU: 999999 * 1000, "cpu": 999999 * 1000}}, within=LOWER)
 
@@ -97,3 +101,58 @@ def test_dynamic_slicing_seed_sequence_preempts_and_repacks_by_priority():
         ps.topology_assignment.pod_count for w in wls if w.admission for ps in w.admission.pod_sets
     )
     assert used == 28  # 112 chips
+
+
+# -- the LWS seed: a leader-worker group is one slice (seeds.md §B.4) --------------------------
+
+PREFILL = "dynamic-slicing/kueue-lws-prefill-model-streamer.yaml"
+CUBE_2X2X2 = partition_id_label("2x2x2")
+
+
+def seed_pod_sets(annotations_of=lambda spec: spec.annotations):
+    """The prefill LWS group's PodSets as the webhook leaves them, asking only for chips."""
+    shape = workload_shape(seed_doc(PREFILL, "LeaderWorkerSet"))
+    return [
+        PodSet(
+            spec.name,
+            spec.count,
+            {TPU: spec.requests[TPU]},
+            {"cloud.google.com/gke-tpu-accelerator": "tpu7x"},
+            tolerations=(TPU_TOLERATION,),
+            topology_request=request_from_annotations(annotations_of(spec)),
+        )
+        for spec in shape.pod_sets
+    ]
+
+
+def place_group(pod_sets, used):
+    nodes = tpu_nodes()
+    assignments = [PodSetAssignment(p.name, {TPU: "slice-rf"}, p.count) for p in pod_sets]
+    flavors, topologies = {"slice-rf": SLICE_RF}, {"slice-topology": SLICE_TOPOLOGY}
+    placed = place_workload(pod_sets, assignments, flavors, topologies, nodes, used)
+    partition = {n.name: n.labels[CUBE_2X2X2] for n in nodes}
+    return {
+        name: {partition[d.values[0]] for d in p.assignment.domains} for name, p in placed.items()
+    }
+
+
+@requires_shared
+def test_lws_seed_group_lands_in_one_2x2x2_partition_by_construction():
+    """Leader and worker share a podset-group-name and require the 2x2x2 partition, so the
+    group's two hosts form one slice even when BestFit would put the leader into a partition
+    that has room for it alone."""
+    leader, worker = seed_pod_sets()
+    assert leader.topology_request == worker.topology_request
+    assert leader.topology_request == TopologyRequest(required=CUBE_2X2X2, group=SLICE_GROUP)
+    half_used = {tpu_nodes()[0].name: {TPU: 4000, "pods": 1000}}
+    together = place_group([leader, worker], half_used)
+    assert together["leader"] == together["worker"]
+    assert len(together["leader"]) == 1
+    assert together["leader"] != {tpu_nodes()[0].labels[CUBE_2X2X2]}
+
+    def per_pod_set(spec):  # the webhook's annotations before groups: one slice per PodSet
+        requests = {TPU: spec.requests[TPU]}
+        return slice_annotations("2x2x2", spec.count, spec.count, requests)
+
+    apart = place_group(seed_pod_sets(per_pod_set), half_used)
+    assert apart["leader"] != apart["worker"]

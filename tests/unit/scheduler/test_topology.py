@@ -50,6 +50,10 @@ Tests -> kueue-semantics §16 checklist items ("§11" where no item is about it)
                     test_an_assignment_fits_until_others_take_its_room
                     test_pod_sets_of_one_workload_must_fit_together
                     test_topology_usage_holds_and_releases_by_workload
+  §11 groups        test_group_fits_only_when_its_domain_holds_leader_and_workers
+                    test_group_is_never_split_across_domains
+                    test_group_sizes_every_pod_for_the_larger_request_and_charges_each_its_own
+                    test_group_needs_one_tas_flavor_and_a_leader_of_one_pod
 """
 
 from __future__ import annotations
@@ -734,6 +738,78 @@ def test_pod_set_without_a_tas_flavor_cannot_be_placed():
     assignment = PodSetAssignment("main", {"cpu": "tas"}, 1)
     placement = place_workload([pod_set], [assignment], missing, TOPOLOGIES, nodes, {})["main"]
     assert placement.reason == "topology gone not found"
+
+
+# -- PodSet groups (kueue-semantics §4, §11, §14 LeaderWorkerSet) ------------------------------
+
+#      b1
+#  r1        r2
+#  x1:1 x2:1 x3:1 x4:1 x5:1
+GROUP_RACKS = [
+    host("x1", "b1", "r1"),
+    host("x2", "b1", "r1"),
+    host("x3", "b1", "r2"),
+    host("x4", "b1", "r2"),
+    host("x5", "b1", "r2"),
+]
+
+
+def leader_and_workers(workers: int, group: str | None = "lws", level: str = RACK):
+    request = required(level, group=group)
+    pod_sets = [ps(1, 1, request, name="leader"), ps(workers, 1, request, name="worker")]
+    assignments = [PodSetAssignment(p.name, {"cpu": "tas"}, p.count) for p in pod_sets]
+    return pod_sets, assignments
+
+
+def hosts_of(placements) -> dict[str, dict[str, int]]:
+    return {
+        name: {d.values[0]: d.count for d in p.assignment.domains} for name, p in placements.items()
+    }
+
+
+def test_group_fits_only_when_its_domain_holds_leader_and_workers():
+    # Apart, the leader takes the tightest rack (r1) and the two workers the other one; as a
+    # group the three pods need one rack, and only r2 holds three.
+    alone = place_workload(*leader_and_workers(2, group=None), FLAVORS, TOPOLOGIES, GROUP_RACKS, {})
+    assert hosts_of(alone) == {"leader": {"x1": 1}, "worker": {"x3": 1, "x4": 1}}
+    together = place_workload(*leader_and_workers(2), FLAVORS, TOPOLOGIES, GROUP_RACKS, {})
+    assert hosts_of(together) == {"leader": {"x3": 1}, "worker": {"x4": 1, "x5": 1}}
+
+
+def test_group_is_never_split_across_domains():
+    pod_sets, assignments = leader_and_workers(3)
+    placements = place_workload(pod_sets, assignments, FLAVORS, TOPOLOGIES, GROUP_RACKS, {})
+    assert list(placements) == ["leader", "worker"]
+    assert not any(p.fits for p in placements.values())
+    assert placements["worker"].reason == (
+        'topology "default" allows to fit only 3 out of 4 pod(s)'
+    )
+    alone = place_workload(*leader_and_workers(3, group=None), FLAVORS, TOPOLOGIES, GROUP_RACKS, {})
+    assert all(p.fits for p in alone.values())  # apart, leader and workers use both racks
+
+
+def test_group_sizes_every_pod_for_the_larger_request_and_charges_each_its_own():
+    pod_sets, assignments = leader_and_workers(1, level=HOSTNAME)
+    pod_sets[0] = replace(pod_sets[0], requests={"cpu": 2 * CPU})
+    nodes = [host("x1", "b1", "r1", 3), host("x2", "b1", "r1", 4)]
+    placements = place_workload(pod_sets, assignments, FLAVORS, TOPOLOGIES, nodes, {})
+    assert hosts_of(placements) == {"leader": {"x2": 1}, "worker": {"x2": 1}}
+    used = add_usage(*(node_usage(placements[p.name].assignment, p, nodes) for p in pod_sets))
+    assert used == {"x2": {"cpu": 3 * CPU, "pods": 2000}}
+
+
+def test_group_needs_one_tas_flavor_and_a_leader_of_one_pod():
+    pod_sets, assignments = leader_and_workers(2)
+    other = {**FLAVORS, "tas2": replace(TAS, name="tas2")}
+    assignments[1] = replace(assignments[1], flavors={"cpu": "tas2"})
+    placements = place_workload(pod_sets, assignments, other, TOPOLOGIES, GROUP_RACKS, {})
+    assert placements["leader"].reason == "PodSet group lws: different TAS flavors ['tas', 'tas2']"
+    pod_sets, assignments = leader_and_workers(2)
+    assignments[0] = replace(assignments[0], count=2)
+    placements = place_workload(pod_sets, assignments, FLAVORS, TOPOLOGIES, GROUP_RACKS, {})
+    assert placements["worker"].reason == (
+        "PodSet group lws: needs one leader pod and one workers PodSet"
+    )
 
 
 def test_flavor_eligibility_follows_kueue():
