@@ -7,6 +7,7 @@ from datetime import datetime
 from django.contrib.auth.models import User
 from django.utils import timezone
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
+from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -71,3 +72,13 @@ class IsAdminOrReadOnly(BasePermission):
         if not request.user.is_authenticated:
             return False
         return request.method in SAFE_METHODS or bool(request.user.is_staff)
+
+
+class Pagination(LimitOffsetPagination):
+    """`limit` (at most 1000) and `offset`; values beyond any table clamp instead of failing."""
+
+    max_limit = 1000
+    max_offset = 2**31
+
+    def get_offset(self, request: Request) -> int:
+        return min(super().get_offset(request), self.max_offset)

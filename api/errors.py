@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -15,6 +16,8 @@ from clusters.catalog import CatalogError
 from teams.services import TeamError
 from workloads.manifests import ManifestError
 from workloads.services import ObjectNotFound
+
+logger = logging.getLogger(__name__)
 
 
 def manifest_error(error: ManifestError) -> dict[str, Any]:
@@ -48,6 +51,7 @@ def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
             {"detail": "conflicts with an existing object"}, status=status.HTTP_409_CONFLICT
         )
     if isinstance(exc, OperationalError):
+        logger.warning("database unavailable: %s", exc)
         response = Response(
             {"detail": "the database is unavailable; retry shortly"},
             status=status.HTTP_503_SERVICE_UNAVAILABLE,

@@ -21,7 +21,7 @@ DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 
 
 class _PageQuery(serializers.Serializer[Any]):
-    after = serializers.IntegerField(min_value=0, default=0)
+    after = serializers.IntegerField(min_value=0, max_value=2**63 - 1, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
 
 

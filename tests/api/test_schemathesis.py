@@ -12,7 +12,9 @@ import pytest
 import schemathesis
 import yaml
 from django.contrib.auth.models import User
+from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
@@ -34,6 +36,17 @@ def yaml_stream(ctx, response):
 
 
 EXAMPLES = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "25"))
+
+
+@pytest.fixture(autouse=True)
+def keep_the_test_connection():
+    """Django closes connections after each WSGI request; inside a test transaction that
+    would lose the test's data, so detach it as Django's own test client does."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
 
 
 @pytest.fixture

@@ -244,9 +244,13 @@ def _check_json_compatible(fields: Fields, value: Any, path: str) -> None:
                 raise fields.error(
                     join(path, str(key)), key, f"mapping key {key!r} is not a string"
                 )
+            _check_json_compatible(fields, key, join(path, key))
             _check_json_compatible(fields, item, join(path, key))
     elif isinstance(value, list):
         for i, item in enumerate(value):
             _check_json_compatible(fields, item, join(path, i))
+    elif isinstance(value, str) and "\x00" in value:
+        # JSON can escape it, but neither Kubernetes nor PostgreSQL stores it.
+        raise fields.error(path, value, "contains a NUL character (\\u0000)")
     elif not isinstance(value, str | int | float | bool) and value is not None:
         raise fields.error(path, value, f"{show(value)} cannot be represented in JSON")
