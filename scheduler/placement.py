@@ -2,7 +2,8 @@
 
 Kueue admits by quota only; a pod it admits can still wait for a node. This is the part of
 kube-scheduler the simulator needs: NodeAffinity (nodeSelector + required node affinity),
-TaintToleration, NodeResourcesFit with the LeastAllocated score, and a `pods` capacity.
+TaintToleration, NodeResourcesFit with the LeastAllocated score, and a `pods` capacity;
+and the pod affinities JobSet and LeaderWorkerSet inject for exclusive placement.
 """
 
 from __future__ import annotations
@@ -31,6 +32,40 @@ class Pod:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     required_affinity: tuple[NodeSelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    exclusive: tuple[str, str] | None = None
+    """(node label, group): JobSet's exclusive placement. The group's pods share one domain
+    (nodes with one value of the label), and no other group places pods there."""
+
+
+# (node label, value) -> the group that owns that domain.
+DomainOwners = Mapping[tuple[str, str], str]
+
+
+class _Exclusivity:
+    """Which group holds which domain, as pods are bound in order."""
+
+    def __init__(self, owners: DomainOwners):
+        self.owner = dict(owners)
+        self.domain = {(key, group): value for (key, value), group in owners.items()}
+
+    def allows(self, pod: Pod, node: Node) -> bool:
+        if pod.exclusive is None:
+            return True
+        key, group = pod.exclusive
+        value = node.labels.get(key)
+        if value is None:
+            return False
+        held = self.domain.get((key, group))
+        if held is not None:
+            return value == held  # followers go where the first pod went
+        return self.owner.get((key, value), group) == group
+
+    def bind(self, pod: Pod, node: Node) -> None:
+        if pod.exclusive is not None:
+            key, group = pod.exclusive
+            value = node.labels[key]
+            self.owner[(key, value)] = group
+            self.domain[(key, group)] = value
 
 
 def matches_node(pod: Pod, node: Node) -> bool:
@@ -72,10 +107,16 @@ def _score(pod: Pod, node: Node, used: Mapping[str, int]) -> float:
 
 
 def place(
-    nodes: Iterable[Node], used: Mapping[str, Mapping[str, int]], pods: Sequence[Pod]
+    nodes: Iterable[Node],
+    used: Mapping[str, Mapping[str, int]],
+    pods: Sequence[Pod],
+    owners: DomainOwners | None = None,
 ) -> dict[str, str | None]:
-    """Bind pods in order to the best-scoring feasible node; None where no node fits."""
+    """Bind pods in order to the best-scoring feasible node; None where no node fits.
+
+    `owners`: the exclusive domains bound pods already hold."""
     usage = {name: dict(amounts) for name, amounts in used.items()}
+    exclusivity = _Exclusivity(owners or {})
     node_list = sorted(nodes, key=lambda n: n.name)
     bindings: dict[str, str | None] = {}
     for pod in pods:
@@ -85,11 +126,14 @@ def place(
             node_used = usage.setdefault(node.name, {})
             if not matches_node(pod, node) or not fits_node(pod, node, node_used):
                 continue
+            if not exclusivity.allows(pod, node):
+                continue
             score = _score(pod, node, node_used)
             if score > best_score:
                 best, best_score = node, score
         bindings[pod.key] = best.name if best else None
         if best is not None:
+            exclusivity.bind(pod, best)
             node_used = usage[best.name]
             for resource, amount in {**pod.requests, PODS: 1000}.items():
                 node_used[resource] = node_used.get(resource, 0) + amount

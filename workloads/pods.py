@@ -92,12 +92,14 @@ def create_unmanaged(
             pod_set=pod_set["name"],
             replica_index=replica,
             phase=Pod.Phase.PENDING,
-            scheduling=scheduling(pod_set),
+            scheduling=_exclusive(scheduling(pod_set), f"{owner.name}-{replica}", pod_set, index),
             created_at=now,
         )
         for replica in replicas
         for pod_set in pod_sets
-        for name in pod_names(owner, pod_set["name"], pod_set["count"], replica, now.timestamp())
+        for index, name in enumerate(
+            pod_names(owner, pod_set["name"], pod_set["count"], replica, now.timestamp())
+        )
     )
 
 
@@ -145,10 +147,10 @@ def start(rows: Sequence[Workload], now: datetime) -> None:
                     pod_set=pod_set["name"],
                     replica_index=row.replica_index,
                     phase=Pod.Phase.PENDING,
-                    scheduling=_pinned(spec, selector),
+                    scheduling=_exclusive(_pinned(spec, selector), row.name, pod_set, index),
                     created_at=now,
                 )
-                for name, selector in zip(names, selectors, strict=True)
+                for index, (name, selector) in enumerate(zip(names, selectors, strict=True))
             ]
     Pod.objects.bulk_create(new_pods)
 
@@ -164,6 +166,21 @@ def domain_selectors(assignment: Mapping[str, Any]) -> list[dict[str, str]]:
         for domain in topology["domains"]
         for _ in range(domain["count"])
     ]
+
+
+def _exclusive(
+    spec: dict[str, Any], owner: str, pod_set: Mapping[str, Any], index: int
+) -> dict[str, Any]:
+    """JobSet/LWS exclusive placement: the pod's group is its Job (JobSet) or all of `owner`
+    (an LWS group's workload)."""
+    key = pod_set.get("exclusive_topology")
+    if not key:
+        return spec
+    group = owner
+    per_group = pod_set.get("exclusive_group_pods")
+    if per_group:
+        group = f"{owner}/{pod_set['name']}/{index // per_group}"
+    return {**spec, "exclusive": {"key": key, "group": group}}
 
 
 def _pinned(spec: dict[str, Any], selector: Mapping[str, str]) -> dict[str, Any]:

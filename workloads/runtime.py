@@ -8,7 +8,7 @@ nothing changes; `advance(cluster, start, end)` jumps from one future event to t
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -170,7 +170,9 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
         for resource, amount in pod.scheduling["requests"].items():
             node_used[resource] = node_used.get(resource, 0) + amount
         node_used["pods"] = node_used.get("pods", 0) + 1000
-    bindings = scheduler.place([node(n) for n in nodes.values()], used, [_pod(p) for p in waiting])
+    candidates = [_pod(p) for p in waiting]
+    owners = exclusive_owners(cluster) if any(p.exclusive for p in candidates) else None
+    bindings = scheduler.place([node(n) for n in nodes.values()], used, candidates, owners)
     bound = False
     for pod in waiting:
         target = bindings.get(pod.name)
@@ -192,7 +194,23 @@ def _pod(pod: Pod) -> scheduler.Pod:
         node_selector=spec.get("node_selector") or {},
         required_affinity=affinity(spec.get("required_node_affinity") or ()),
         tolerations=tuple(toleration(t) for t in spec.get("tolerations") or ()),
+        exclusive=_exclusive(spec.get("exclusive")),
     )
+
+
+def _exclusive(value: Mapping[str, str] | None) -> tuple[str, str] | None:
+    return (value["key"], value["group"]) if value else None
+
+
+def exclusive_owners(cluster: Cluster) -> dict[tuple[str, str], str]:
+    """The domains that bound pods of exclusively placed groups hold."""
+    owners = {}
+    bound = Pod.objects.filter(cluster=cluster, node__isnull=False, scheduling__has_key="exclusive")
+    for scheduling, labels in bound.values_list("scheduling", "node__labels"):
+        key, group = scheduling["exclusive"]["key"], scheduling["exclusive"]["group"]
+        if key in labels:
+            owners[(key, labels[key])] = group
+    return owners
 
 
 def _ready_pods(cluster: Cluster, now: datetime) -> bool:

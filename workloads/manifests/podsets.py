@@ -31,6 +31,11 @@ class PodSetSpec:
     priority_class_name: str | None
     startup_seconds: int
     """The startup probe's initialDelaySeconds, the largest over containers; 0 without one."""
+    exclusive_topology: str | None = None
+    """JobSet/LWS exclusive placement: each group's pods share one domain of this node label,
+    which no other group uses."""
+    exclusive_group_pods: int | None = None
+    """Pods per group (a JobSet's Job); None: the whole workload is one group (an LWS group)."""
 
 
 def pod_set(

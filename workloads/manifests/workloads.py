@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from workloads.manifests.documents import Document
-from workloads.manifests.fields import INT32_MAX, Fields, join
+from workloads.manifests.fields import INT32_MAX, Fields, join, label_key_problem
 from workloads.manifests.podsets import PodSetSpec, pod_set
 from workloads.manifests.slices import SLICE_GROUP, SLICE_TOPOLOGY_ANNOTATION
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
+JOBSET_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+# Set on a slice's hosts by the GKE slice controller: a Job or LWS group asking for a slice
+# shape gets a slice of its own, so exclusivity on this key holds by construction.
+SLICE_NODE_LABEL = "cloud.google.com/gke-tpu-slice"
 SIM_PREFIX = "sim.accelplane.dev/"
 SIM_ANNOTATIONS = frozenset({"startup", "step-time", "total-steps", "checkpoint-every"})
 SCALABLE_KINDS = ("Deployment", "LeaderWorkerSet")
@@ -159,10 +164,40 @@ def _jobset(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
             raise fields.error(join(path, "replicas"), replicas, f"{count} pods is too many")
         pod_template = fields.mapping(job_spec, "template", job_path, required=True)
         template_path = join(job_path, "template")
-        pod_sets.append(
-            pod_set(fields, pod_template, template_path, name=name, count=count, slice_pods=per_job)
+        built = pod_set(
+            fields, pod_template, template_path, name=name, count=count, slice_pods=per_job
         )
+        # JobSet reads the annotation on one replicated Job's template, else on the JobSet.
+        key = _exclusive_key(fields, template, join(path, "template")) or _exclusive_key(
+            fields, doc.body, ""
+        )
+        pod_sets.append(_exclusive(built, key, per_job))
     return 1, False, pod_sets
+
+
+def _annotation(obj: Mapping[str, Any], key: str) -> str | None:
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    value = annotations.get(key) if isinstance(annotations, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _exclusive_key(
+    fields: Fields, obj: Mapping[str, Any], base: str, annotation: str = JOBSET_EXCLUSIVE
+) -> str | None:
+    """The node label a JobSet or LWS asks to place each group on exclusively, validated."""
+    key = _annotation(obj, annotation)
+    problem = label_key_problem(key, "topology key") if key else None
+    if problem:
+        path = join(join(join(base, "metadata"), "annotations"), annotation)
+        raise fields.error(path, key, problem)
+    return key
+
+
+def _exclusive(built: PodSetSpec, key: str | None, group_pods: int | None) -> PodSetSpec:
+    if key is None or (key == SLICE_NODE_LABEL and SLICE_TOPOLOGY_ANNOTATION in built.annotations):
+        return built
+    return replace(built, exclusive_topology=key, exclusive_group_pods=group_pods)
 
 
 def _leader_worker_set(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
@@ -175,8 +210,10 @@ def _leader_worker_set(fields: Fields, doc: Document, spec: Mapping[str, Any]) -
     leader = fields.optional_mapping(group, "leaderTemplate", base)
     # Kueue's LWS integration (leaderworkerset_reconciler.go podSets): without a leader
     # template the whole group is one PodSet "main" of `size` pods.
+    key = _exclusive_key(fields, doc.body, "", LWS_EXCLUSIVE)
     if leader is None:
-        return replicas, True, [pod_set(fields, worker, worker_path, name="main", count=size)]
+        main = pod_set(fields, worker, worker_path, name="main", count=size)
+        return replicas, True, [_exclusive(main, key, None)]
     # Kueue keeps a count-0 "worker" PodSet for size 1; it reserves nothing, so it is left out
     # here (the worker template is still validated).
     one_slice = _slice_group(leader, worker) if size > 1 else None
@@ -186,7 +223,8 @@ def _leader_worker_set(fields: Fields, doc: Document, spec: Mapping[str, Any]) -
     leaders = pod_set(
         fields, leader, join(base, "leaderTemplate"), name="leader", count=1, slice_group=one_slice
     )
-    return replicas, True, [leaders, workers] if size > 1 else [leaders]
+    pod_sets = [leaders, workers] if size > 1 else [leaders]
+    return replicas, True, [_exclusive(p, key, None) for p in pod_sets]
 
 
 def _slice_group(leader: Mapping[str, Any], worker: Mapping[str, Any]) -> str | None:
@@ -197,9 +235,7 @@ def _slice_group(leader: Mapping[str, Any], worker: Mapping[str, Any]) -> str | 
 
 def _slice_shape(template: Mapping[str, Any]) -> object:
     """The template's slice-topology annotation, if it has one (pod_set validates the rest)."""
-    metadata = template.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    return annotations.get(SLICE_TOPOLOGY_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return _annotation(template, SLICE_TOPOLOGY_ANNOTATION)
 
 
 _SHAPES: dict[str, Callable[[Fields, Document, Mapping[str, Any]], _Built]] = {

@@ -16,6 +16,10 @@ Kueue admits (item 10, TAS, is out of scope); these cover its filters and scorin
   readiness       test_not_ready_node_gets_no_pods
   scoring         test_least_allocated_spreads_pods_over_equal_nodes
                   test_least_allocated_prefers_the_emptier_node
+  exclusive       test_each_exclusive_group_takes_a_domain_of_its_own
+                  test_a_group_follows_its_first_pod_into_its_domain
+                  test_domains_held_by_bound_groups_stay_theirs
+                  test_nodes_without_the_topology_label_take_no_exclusive_pods
 """
 
 from __future__ import annotations
@@ -127,3 +131,52 @@ def test_least_allocated_spreads_pods_over_equal_nodes():
 def test_least_allocated_prefers_the_emptier_node():
     used = {"n1": {"gpu": 4 * GPU}}
     assert place([node("n1"), node("n2")], used, [pod("p", 2)]) == {"p": "n2"}
+
+
+POOL = "cloud.google.com/gke-nodepool"
+
+
+def pools(*sizes: int) -> list[Node]:
+    """Nodes with 2 GPUs each, `sizes[i]` of them in pool p<i>."""
+    return [
+        node(f"p{i}-{n}", gpu=2, labels={POOL: f"p{i}"})
+        for i, size in enumerate(sizes)
+        for n in range(size)
+    ]
+
+
+def test_each_exclusive_group_takes_a_domain_of_its_own() -> None:
+    jobs = [pod(f"job{j}-{k}", 1, exclusive=(POOL, f"job{j}")) for j in range(3) for k in range(2)]
+    bindings = place(pools(2, 2), {}, jobs)
+    domain = {j: {bindings[f"job{j}-{k}"] for k in range(2)} for j in range(3)}
+    assert {b[:2] for b in domain[0]} != {b[:2] for b in domain[1]}
+    assert len({b[:2] for b in domain[0]}) == 1
+    assert len({b[:2] for b in domain[1]}) == 1
+    # Two pools, three Jobs: the third waits although the pools have free GPUs.
+    assert domain[2] == {None}
+
+
+def test_a_group_follows_its_first_pod_into_its_domain() -> None:
+    # p0 has room for one pod only; the group's second pod may not spill into p1.
+    bindings = place(
+        pools(1, 1),
+        {"p0-0": {"gpu": 1 * GPU}},
+        [pod(f"a{k}", 1, exclusive=(POOL, "a")) for k in range(2)],
+    )
+    placed = [b for b in bindings.values() if b]
+    assert len({b[:2] for b in placed}) == 1
+
+
+def test_domains_held_by_bound_groups_stay_theirs() -> None:
+    bindings = place(
+        pools(1, 1), {}, [pod("b0", 1, exclusive=(POOL, "b"))], owners={(POOL, "p0"): "a"}
+    )
+    assert bindings["b0"] == "p1-0"
+    own = place(pools(1, 1), {}, [pod("a1", 1, exclusive=(POOL, "a"))], owners={(POOL, "p1"): "a"})
+    assert own["a1"] == "p1-0"
+
+
+def test_nodes_without_the_topology_label_take_no_exclusive_pods() -> None:
+    assert place([node("plain")], {}, [pod("x", 1, exclusive=(POOL, "x"))]) == {"x": None}
+    # Pods of ordinary workloads ignore exclusivity (JobSet's anti-affinity names its own pods).
+    assert place(pools(1), {}, [pod("y", 1)], owners={(POOL, "p0"): "a"}) == {"y": "p0-0"}
