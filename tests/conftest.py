@@ -25,3 +25,16 @@ def gpu_queues(cluster):
     """ResourceFlavor l4, ClusterQueue gpu-queue (6 GPUs), LocalQueue llm/team-llm, priorities."""
     services.apply(cluster, GPU_QUEUES, source="queues.yaml", now=T0)
     return cluster
+
+
+@pytest.fixture
+def short_lived_connections():
+    """Consumers read the database from a thread pool; with persistent connections
+    (CONN_MAX_AGE) those threads would keep the test database open past its teardown."""
+    from django.db import connections
+
+    settings_dict = connections["default"].settings_dict
+    before = settings_dict["CONN_MAX_AGE"]
+    settings_dict["CONN_MAX_AGE"] = 0
+    yield
+    settings_dict["CONN_MAX_AGE"] = before

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
@@ -16,7 +16,11 @@ from events.models import Event
 from events.services import record_event
 from teams import services as teams
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.asyncio,
+    pytest.mark.usefixtures("short_lived_connections"),
+]
 
 
 @pytest.fixture
@@ -63,7 +67,7 @@ async def test_anonymous_connections_are_refused():
 
 
 async def test_the_log_after_seq_comes_first_in_order_and_only_what_the_user_may_see(people):
-    seqs = [await sync_to_async(write)(ns) for ns in ("llm", "vision", "llm", "", "llm")]
+    seqs = [await database_sync_to_async(write)(ns) for ns in ("llm", "vision", "llm", "", "llm")]
     communicator, connected, _ = await connect(people["alice"], after=seqs[0])
     assert connected
     events, caught_up = await receive_until_caught_up(communicator)
@@ -75,8 +79,8 @@ async def test_the_log_after_seq_comes_first_in_order_and_only_what_the_user_may
 async def test_live_events_arrive_once_committed_and_other_teams_events_never(people):
     communicator, _, _ = await connect(people["bob"])
     await receive_until_caught_up(communicator)
-    await sync_to_async(write)("llm")
-    mine = await sync_to_async(write)("vision")
+    await database_sync_to_async(write)("llm")
+    mine = await database_sync_to_async(write)("vision")
     (event,) = await receive_events(communicator, 1)
     assert (event["seq"], event["namespace"]) == (mine, "vision")
     assert await communicator.receive_nothing(timeout=0.2)
@@ -87,19 +91,19 @@ async def test_events_the_channel_layer_never_carried_arrive_from_the_database(p
     """A Celery worker on the in-process layer, or a Redis restart: the poll fills the gap."""
     communicator, _, _ = await connect(people["alice"])
     await receive_until_caught_up(communicator)
-    unpublished = await sync_to_async(write)("llm", publish=False)
-    published = await sync_to_async(write)("llm")
+    unpublished = await database_sync_to_async(write)("llm", publish=False)
+    published = await database_sync_to_async(write)("llm")
     events = await receive_events(communicator, 2)
     assert [e["seq"] for e in events] == [unpublished, published]
     await communicator.disconnect()
 
 
 async def test_a_browser_that_reconnects_with_its_last_seq_misses_nothing(people):
-    await sync_to_async(write)("llm")
+    await database_sync_to_async(write)("llm")
     communicator, _, _ = await connect(people["alice"])
     _, last = await receive_until_caught_up(communicator)
     await communicator.disconnect()
-    missed = [await sync_to_async(write)("llm") for _ in range(3)]
+    missed = [await database_sync_to_async(write)("llm") for _ in range(3)]
     again, _, _ = await connect(people["alice"], after=last)
     events, _ = await receive_until_caught_up(again)
     assert [e["seq"] for e in events] == missed
