@@ -61,7 +61,8 @@ def test_a_slice_shaped_job_on_the_slice_key_is_exclusive_by_its_slice():
     text = tpu_jobset().replace(
         "labels: {kueue.x-k8s.io/queue-name: lq}",
         "labels: {kueue.x-k8s.io/queue-name: lq}, "
-        "annotations: {alpha.jobset.sigs.k8s.io/exclusive-topology: cloud.google.com/gke-tpu-slice}",
+        "annotations: {alpha.jobset.sigs.k8s.io/exclusive-topology: "
+        "cloud.google.com/gke-tpu-slice}",
     )
     (pod_set,) = shape(text).pod_sets
     assert pod_set.exclusive_topology is None
