@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import serializers as s
+from api.audit import AUDIT_PREFIX
 from api.common import scope
 from events.models import Event
 from events.services import serialize
@@ -42,10 +43,12 @@ PRIVATE_CLUSTER_EVENTS = frozenset({"workload.rejected"})
 
 def visible_events(caller: Scope) -> QuerySet[Event]:
     """Admins see every event; team members their namespaces' and the cluster-scoped ones
-    (clusters, node pools, queues), which concern everyone."""
+    (clusters, node pools, queues), which concern everyone; audit events are for admins."""
     if caller.everything:
         return Event.objects.all()
-    cluster_scoped = Q(namespace="") & ~Q(kind__in=PRIVATE_CLUSTER_EVENTS)
+    cluster_scoped = (
+        Q(namespace="") & ~Q(kind__in=PRIVATE_CLUSTER_EVENTS) & ~Q(kind__startswith=AUDIT_PREFIX)
+    )
     return Event.objects.filter(Q(namespace__in=caller.readable) | cluster_scoped)
 
 
@@ -55,7 +58,9 @@ def is_visible(caller: Scope, event: dict[str, Any]) -> bool:
         return True
     if event["namespace"]:
         return event["namespace"] in caller.readable
-    return event["kind"] not in PRIVATE_CLUSTER_EVENTS
+    return event["kind"] not in PRIVATE_CLUSTER_EVENTS and not event["kind"].startswith(
+        AUDIT_PREFIX
+    )
 
 
 class EventList(APIView):

@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import serializers as s
+from api.audit import audit
 from api.common import Conflict, IsAdminOrReadOnly, cluster_from, now, scope, signed_in
 from api.parsers import MANIFEST_PARSERS
 from api.workloads import CLUSTER_PARAM, MANIFEST_BODY
@@ -65,6 +66,8 @@ class ClusterViewSet(
             project=data.get("project", ""),
             location=data.get("location", "us-central1"),
         )
+        after = {k: v for k, v in serializer.data.items() if k != "node_pools"}
+        audit(self.request, "created", f"Cluster/{data['name']}", cluster=data["name"], after=after)
 
     @extend_schema(methods=["GET"], responses=s.NodePoolSerializer(many=True))
     @extend_schema(
@@ -93,7 +96,10 @@ class ClusterViewSet(
             tpu_topology=data.get("tpu_topology", ""),
             block=data.get("block", ""),
         )
-        return Response(s.NodePoolSerializer(pool).data, status=status.HTTP_201_CREATED)
+        shown = s.NodePoolSerializer(pool).data
+        key = f"NodePool/{cluster.name}/{pool.name}"
+        audit(request, "created", key, cluster=cluster.name, after=shown)
+        return Response(shown, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         responses={
@@ -179,8 +185,10 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
     def create(self, request: Request) -> Response:
         """`kubectl apply` of one or more objects of this kind."""
         cluster = cluster_from(request)
+        before: dict[str, Any] = {}
 
         def only_this_kind(doc: Document) -> None:
+            before[doc.key] = self._manifest(cluster, doc.name, doc.namespace)
             if doc.kind != self.kind:
                 raise ManifestError(
                     f"this endpoint takes {self.kind} objects",
@@ -201,19 +209,44 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
                 cluster=cluster, pk__in=_applied_ids(self.model, cluster, applied)
             ).select_related("cluster")
         ]
+        for item in applied:
+            if item.action != "unchanged":
+                *namespace, name = item.key.split("/")[1:]
+                after = self._manifest(cluster, name, namespace[0] if namespace else None)
+                audit(
+                    request,
+                    item.action,
+                    item.key,
+                    cluster=cluster.name,
+                    before=before.get(item.key),
+                    after=after,
+                )
         created = any(a.action == "created" for a in applied)
         body = {"applied": [{"key": a.key, "action": a.action} for a in applied], "objects": rows}
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     def destroy(self, request: Request, name: str) -> Response:
         row = self.get_object()
+        namespace = getattr(row, "namespace", None)
+        before = self._manifest(row.cluster, row.name, namespace)
         try:
-            services.delete_queue_object(
-                row.cluster, self.kind, row.name, getattr(row, "namespace", None), now()
-            )
+            services.delete_queue_object(row.cluster, self.kind, row.name, namespace, now())
         except services.InUse as error:
             raise Conflict(str(error)) from None
+        audit(request, "deleted", row.key, cluster=row.cluster.name, before=before)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _manifest(self, cluster: Cluster, name: str, namespace: str | None) -> Any:
+        """The object as rendered now, or None if it does not exist."""
+        lookup: dict[str, Any] = {"cluster": cluster, "name": name}
+        if self.model.NAMESPACED:
+            lookup["namespace"] = namespace or ""
+        row = self.model._default_manager.filter(**lookup).first()
+        return (
+            render(self.kind, row.name, namespace if self.model.NAMESPACED else None, row.spec)
+            if row
+            else None
+        )
 
 
 def _applied_ids(
@@ -265,13 +298,21 @@ class TeamViewSet(viewsets.ModelViewSet[Team]):
         return teams.filter(memberships__user=signed_in(self.request))
 
     def perform_create(self, serializer: s.TeamSerializer) -> None:  # type: ignore[override]
-        serializer.instance = self._ensure(
-            serializer.validated_data, serializer.validated_data["name"]
-        )
+        name = serializer.validated_data["name"]
+        serializer.instance = self._ensure(serializer.validated_data, name)
+        audit(self.request, "created", f"Team/{name}", after=serializer.data)
 
     def perform_update(self, serializer: s.TeamSerializer) -> None:  # type: ignore[override]
         assert serializer.instance is not None
+        before = s.TeamSerializer(serializer.instance).data
         serializer.instance = self._ensure(serializer.validated_data, serializer.instance.name)
+        key = f"Team/{serializer.instance.name}"
+        audit(self.request, "configured", key, before=before, after=serializer.data)
+
+    def perform_destroy(self, instance: Team) -> None:
+        before = s.TeamSerializer(instance).data
+        instance.delete()
+        audit(self.request, "deleted", f"Team/{before['name']}", before=before)
 
     def _ensure(self, data: dict[str, Any], name: str) -> Team:
         try:
@@ -309,10 +350,14 @@ class TokenViewSet(
             name=body.validated_data.get("name", "api"),
         )
         data = s.TokenSerializer(row, context={"token": token}).data
+        audit(request, "created", f"ApiToken/{row.prefix}", after={"name": row.name})
         return Response(data, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: ApiToken) -> None:
         team_services.revoke(instance)
+        audit(
+            self.request, "revoked", f"ApiToken/{instance.prefix}", before={"name": instance.name}
+        )
 
 
 class Me(APIView):

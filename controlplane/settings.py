@@ -112,6 +112,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
+    # Shared by every web process: rate limits hold across them.
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -152,6 +156,8 @@ ACCELPLANE_PROVIDER = os.environ.get("ACCELPLANE_PROVIDER", "sim")
 # Simulated GKE operations take this long (seconds of wall time) before nodes appear.
 ACCELPLANE_SIM_OPERATION_SECONDS = envint("ACCELPLANE_SIM_OPERATION_SECONDS", 3)
 ACCELPLANE_MAX_MANIFEST_BYTES = envint("ACCELPLANE_MAX_MANIFEST_BYTES", 1_048_576)
+# Per API token (or signed-in user); beyond it requests answer 429 with Retry-After.
+ACCELPLANE_API_RATE = os.environ.get("ACCELPLANE_API_RATE", "6000/min")
 # How often a WebSocket re-reads the event log: the in-process channel layer cannot carry
 # events from the Celery worker, Redis can (there the poll only covers a Redis restart).
 ACCELPLANE_EVENTS_POLL_SECONDS = float(
@@ -181,6 +187,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "api.common.Pagination",
     "PAGE_SIZE": 100,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.handle",
 }

@@ -38,3 +38,11 @@ def short_lived_connections():
     settings_dict["CONN_MAX_AGE"] = 0
     yield
     settings_dict["CONN_MAX_AGE"] = before
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Rate-limit counters live in the cache; each test starts with none."""
+    from django.core.cache import cache
+
+    cache.clear()

@@ -191,3 +191,37 @@ def test_browser_sessions_need_the_csrf_token_to_write(tenants):
     refused = post_manifests(browser, job(), namespace="llm")
     assert refused.status_code == 403
     assert "CSRF" in refused.json()["detail"]
+
+
+def test_each_token_has_its_own_rate_limit(alice, bob, settings):
+    settings.ACCELPLANE_API_RATE = "3/min"
+    assert [alice.get("/api/v1/me").status_code for _ in range(3)] == [200, 200, 200]
+    limited = alice.get("/api/v1/me")
+    assert limited.status_code == 429
+    assert int(limited["Retry-After"]) > 0
+    assert bob.get("/api/v1/me").status_code == 200
+
+
+def test_every_admin_change_is_audited_with_who_before_and_after(admin, alice):
+    post_manifests(admin, TPU_FLAVOR, path="/api/v1/resourceflavors")
+    changed = TPU_FLAVOR.replace("tpu-v5-lite-podslice", "tpu-v5p-slice")
+    post_manifests(admin, changed, path="/api/v1/resourceflavors")
+    post_manifests(admin, changed, path="/api/v1/resourceflavors")  # unchanged: not audited
+    admin.delete("/api/v1/resourceflavors/v5e")
+    admin.post("/api/v1/teams", {"name": "speech", "namespaces": ["speech"]}, format="json")
+    events = admin.get("/api/v1/events?limit=1000").json()["events"]
+    audits = [e for e in events if e["kind"].startswith("audit.")]
+    assert [(e["kind"], e["object"]) for e in audits] == [
+        ("audit.created", "ResourceFlavor/v5e"),
+        ("audit.configured", "ResourceFlavor/v5e"),
+        ("audit.deleted", "ResourceFlavor/v5e"),
+        ("audit.created", "Team/speech"),
+    ]
+    configured = audits[1]["data"]
+    assert configured["user"] == "root"
+    label = "cloud.google.com/gke-tpu-accelerator"
+    assert configured["before"]["spec"]["nodeLabels"][label] == "tpu-v5-lite-podslice"
+    assert configured["after"]["spec"]["nodeLabels"][label] == "tpu-v5p-slice"
+    assert audits[2]["data"]["after"] is None
+    seen_by_alice = alice.get("/api/v1/events?limit=1000").json()["events"]
+    assert not [e for e in seen_by_alice if e["kind"].startswith("audit.")]
