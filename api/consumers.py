@@ -20,6 +20,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from api.events import is_visible, visible_events
+from api.metrics import WEBSOCKETS
 from events.services import EVENTS_GROUP, serialize
 from teams.services import Scope, scope_of
 
@@ -38,11 +39,15 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
         self.lock = asyncio.Lock()
         await self.channel_layer.group_add(EVENTS_GROUP, self.channel_name)
         await self.accept()
+        WEBSOCKETS.inc()
         await self.catch_up()
         await self.send_json({"type": "caught_up", "seq": self.last_seq})
         self.poller = asyncio.create_task(self.poll())
 
     async def disconnect(self, code: int) -> None:
+        if not hasattr(self, "caller"):
+            return  # refused before it was accepted
+        WEBSOCKETS.dec()
         poller = getattr(self, "poller", None)
         if poller is not None:
             poller.cancel()

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextvars
+import logging
+import uuid
 from collections.abc import Callable
 
+from django.core.signals import request_finished
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 
@@ -24,3 +29,35 @@ def reject_nul_bytes(
         return get_response(request)
 
     return middleware
+
+
+REQUEST_ID = contextvars.ContextVar("request_id", default="-")
+
+
+def request_id(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[..., HttpResponse]:
+    """Tag the request, its log lines and its answer with one id (the caller's X-Request-ID,
+    if it sent a sane one), so a failure reported by a user can be found in the logs."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        sent = request.headers.get("X-Request-ID", "")
+        value = sent if sent.isascii() and 0 < len(sent) <= 64 and sent.isprintable() else ""
+        # Kept until request_finished: Django logs 4xx and 5xx after the middleware returns.
+        REQUEST_ID.set(value or uuid.uuid4().hex)
+        response = get_response(request)
+        response["X-Request-ID"] = REQUEST_ID.get()
+        return response
+
+    return middleware
+
+
+@receiver(request_finished)
+def _forget_request_id(**kwargs: object) -> None:
+    REQUEST_ID.set("-")
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds `request_id` to every log record ("-" outside a request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = REQUEST_ID.get()
+        return True

@@ -1,0 +1,79 @@
+"""/metrics: Kueue's queue metrics from the database, request metrics, request ids in logs."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controlplane.middleware import RequestIdFilter
+from tests.support import at, deployment, job
+from workloads import runtime, services
+
+pytestmark = pytest.mark.django_db
+
+
+def samples(client):
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    found = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def labels(**values):
+    return tuple(sorted(values.items()))
+
+
+def test_queue_metrics_follow_admission_and_preemption(client, gpu_queues):
+    services.apply(
+        gpu_queues,
+        deployment(replicas=1) + "---\n" + job(pods=2),
+        source="w.yaml",
+        namespace="llm",
+        now=at(),
+    )
+    runtime.advance(gpu_queues, at(), at(minutes=10))
+    inference = services.get_object(gpu_queues, "Deployment", "llm", "inference")
+    services.scale(inference, 2, at(minutes=10))  # the fine-tune is preempted
+    found = samples(client)
+    cq = {"cluster": "llm-cluster", "cluster_queue": "gpu-queue"}
+    assert found[("kueue_admitted_active_workloads", labels(**cq))] == 2
+    assert (
+        found[("kueue_pending_workloads", labels(**cq, status="inadmissible"))]
+        + found.get(("kueue_pending_workloads", labels(**cq, status="active")), 0)
+        == 1
+    )
+    gpu = labels(**cq, flavor="l4", resource="nvidia.com/gpu")
+    assert found[("kueue_cluster_queue_nominal_quota", gpu)] == 6
+    assert found[("kueue_cluster_queue_resource_usage", gpu)] == 4
+    assert (
+        found[
+            (
+                "kueue_preempted_workloads_total",
+                labels(cluster="llm-cluster", reason="InClusterQueue"),
+            )
+        ]
+        == 1
+    )
+    waits = found[("kueue_admission_wait_time_seconds_count", labels(**cq))]
+    assert waits == 2  # the two inference pods; the preempted fine-tune holds no admission
+
+
+def test_requests_are_counted_and_tagged_with_a_request_id(client, caplog):
+    first = client.get("/api/v1/me", HTTP_X_REQUEST_ID="trace-42")
+    assert first["X-Request-ID"] == "trace-42"
+    assert len(client.get("/api/v1/me")["X-Request-ID"]) == 32  # a fresh one otherwise
+    caplog.handler.addFilter(RequestIdFilter())  # as the console handler has it
+    client.get("/api/v1/me", HTTP_X_REQUEST_ID="trace-43")  # django.request logs the 401
+    logged = [r for r in caplog.records if r.getMessage() == "Unauthorized: /api/v1/me"]
+    assert [r.request_id for r in logged][0] == "trace-42"
+    assert [r.request_id for r in logged][-1] == "trace-43"
+    found = samples(client)
+    assert (
+        found[
+            ("accelplane_http_request_duration_seconds_count", labels(method="GET", status="401"))
+        ]
+        >= 3
+    )
