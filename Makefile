@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint fmt bench replay
+.PHONY: install run stack test lint fmt bench replay
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m venv $(VENV)
@@ -18,6 +18,16 @@ run: $(STAMP)
 	$(BIN)/python manage.py demo
 	$(BIN)/python manage.py collectstatic --noinput -v 0
 	$(BIN)/python -m controlplane.run
+
+# The full stack without Docker: PostgreSQL and Redis from this machine (see .ci/run).
+STACK_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/accelplane} \
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} DEBUG=$${DEBUG:-true}
+stack: $(STAMP)
+	createdb -h 127.0.0.1 -U postgres accelplane 2>/dev/null || true
+	$(STACK_ENV) $(BIN)/python manage.py migrate --noinput
+	$(STACK_ENV) $(BIN)/python manage.py demo
+	$(STACK_ENV) $(BIN)/python manage.py collectstatic --noinput -v 0
+	$(STACK_ENV) $(BIN)/python -m controlplane.run --stack
 
 test: $(STAMP)
 	$(BIN)/pytest -q

@@ -1,4 +1,9 @@
-"""`make run`: the web server, a Celery worker and Celery beat, stopped together on Ctrl-C."""
+"""`make run`: the web server, a Celery worker and Celery beat, stopped together on Ctrl-C.
+
+`--stack` (`make stack`) starts the full stack's processes instead: two web servers (PORT and
+PORT+1) and two workers beside beat, on the PostgreSQL and Redis that DATABASE_URL and
+REDIS_URL name.
+"""
 
 from __future__ import annotations
 
@@ -12,22 +17,36 @@ HOST = os.environ.get("ACCELPLANE_HOST", "127.0.0.1")
 PORT = os.environ.get("ACCELPLANE_PORT", "8000")
 
 
-def main() -> int:
+def commands(webs: int, workers: int) -> dict[str, list[str]]:
     python = sys.executable
-    commands = {
-        "web": [python, "-m", "daphne", "-b", HOST, "-p", PORT, "controlplane.asgi:application"],
-        "worker": [
-            python,
-            "-m",
-            "celery",
-            "-A",
-            "controlplane",
-            "worker",
-            "--pool=solo",
-            "--loglevel=WARNING",
-            "--without-gossip",
-            "--without-mingle",
-        ],
+    worker = [
+        python,
+        "-m",
+        "celery",
+        "-A",
+        "controlplane",
+        "worker",
+        "--pool=solo",
+        "--loglevel=WARNING",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    ports = [str(int(PORT) + i) for i in range(webs)]
+    return {
+        **{
+            f"web-{port}": [
+                python,
+                "-m",
+                "daphne",
+                "-b",
+                HOST,
+                "-p",
+                port,
+                "controlplane.asgi:application",
+            ]
+            for port in ports
+        },
+        **{f"worker-{i}": [*worker, "--hostname", f"worker{i}@%h"] for i in range(workers)},
         "beat": [
             python,
             "-m",
@@ -40,8 +59,21 @@ def main() -> int:
             os.path.join("var", "celerybeat-schedule"),
         ],
     }
-    processes = {name: subprocess.Popen(cmd) for name, cmd in commands.items()}
-    print(f"Accelplane is serving http://{HOST}:{PORT}/ (Ctrl-C stops web, worker and beat)")  # noqa: T201
+
+
+def main() -> int:
+    stack = "--stack" in sys.argv[1:]
+    if stack and not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
+        print("--stack needs DATABASE_URL and REDIS_URL", file=sys.stderr)  # noqa: T201
+        return 2
+    processes = {
+        name: subprocess.Popen(cmd)
+        for name, cmd in commands(*((2, 2) if stack else (1, 1))).items()
+    }
+    webs = ", ".join(
+        f"http://{HOST}:{n.removeprefix('web-')}/" for n in processes if n.startswith("web-")
+    )
+    print(f"Accelplane is serving {webs} (Ctrl-C stops every process)")  # noqa: T201
     try:
         while True:
             for name, process in processes.items():
