@@ -48,3 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/scheduler.py
 	$(BIN)/python benchmarks/kueue_baseline.py
 	$(BIN)/python benchmarks/kueue_tas.py
+	$(BIN)/python benchmarks/deep_queue.py
