@@ -57,17 +57,19 @@ class ClusterViewSet(
     permission_classes = [IsAdminOrReadOnly]
 
     def perform_create(self, serializer: s.ClusterSerializer) -> None:  # type: ignore[override]
-        data = serializer.validated_data
+        data = dict(serializer.validated_data)
         if Cluster.objects.filter(name=data["name"]).exists():
             raise Conflict(f"a cluster named {data['name']!r} already exists")
         serializer.instance = cluster_services.create_cluster(
-            name=data["name"],
-            provider=data.get("provider", Cluster.Provider.SIM),
-            project=data.get("project", ""),
-            location=data.get("location", "us-central1"),
+            name=data.pop("name"),
+            provider=data.pop("provider", Cluster.Provider.SIM),
+            project=data.pop("project", ""),
+            location=data.pop("location", "us-central1"),
+            **data,  # the GKE settings
         )
         after = {k: v for k, v in serializer.data.items() if k != "node_pools"}
-        audit(self.request, "created", f"Cluster/{data['name']}", cluster=data["name"], after=after)
+        name = serializer.instance.name
+        audit(self.request, "created", f"Cluster/{name}", cluster=name, after=after)
 
     @extend_schema(methods=["GET"], responses=s.NodePoolSerializer(many=True))
     @extend_schema(
@@ -88,14 +90,7 @@ class ClusterViewSet(
                 {"name": [f"cluster {cluster.name} already has a node pool {data['name']!r}"]},
                 status=status.HTTP_409_CONFLICT,
             )
-        pool = cluster_services.create_node_pool(
-            cluster,
-            name=data["name"],
-            machine_type=data["machine_type"],
-            node_count=data["node_count"],
-            tpu_topology=data.get("tpu_topology", ""),
-            block=data.get("block", ""),
-        )
+        pool = cluster_services.create_node_pool(cluster, **data)
         shown = s.NodePoolSerializer(pool).data
         key = f"NodePool/{cluster.name}/{pool.name}"
         audit(request, "created", key, cluster=cluster.name, after=shown)

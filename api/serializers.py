@@ -137,6 +137,9 @@ class NodePoolSerializer(serializers.ModelSerializer[NodePool]):
     cluster = serializers.CharField(source="cluster.name", read_only=True)
     tpu_topology = serializers.CharField(required=False, allow_blank=True, max_length=16)
     block = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    zone = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    reservation = serializers.CharField(required=False, allow_blank=True, max_length=255)
+    workload_policy = serializers.CharField(required=False, allow_blank=True, max_length=64)
     node_count = serializers.IntegerField(min_value=1, max_value=1000)
     nodes = serializers.SerializerMethodField()
 
@@ -150,6 +153,9 @@ class NodePoolSerializer(serializers.ModelSerializer[NodePool]):
             "node_count",
             "tpu_topology",
             "block",
+            "zone",
+            "reservation",
+            "workload_policy",
             "status",
             "status_message",
             "created_at",
@@ -174,6 +180,12 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "provider",
             "project",
             "location",
+            "autopilot",
+            "release_channel",
+            "version",
+            "slice_controller",
+            "system_machine_type",
+            "system_node_count",
             "status",
             "status_message",
             "created_at",
@@ -183,12 +195,10 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
         # A taken name is a conflict (409), answered by the view.
         extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
 
-    def validate_provider(self, value: str) -> str:
-        if value != Cluster.Provider.SIM:
-            raise serializers.ValidationError(
-                f"provider {value!r} is not available yet; only 'sim' is"
-            )
-        return value
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("provider") == Cluster.Provider.GKE and not attrs.get("project"):
+            raise serializers.ValidationError({"project": ["a gke cluster needs its project id"]})
+        return attrs
 
 
 class QueueObjectSerializer(serializers.Serializer[Any]):

@@ -14,13 +14,35 @@ class Cluster(models.Model):
         ERROR = "ERROR"
         DELETING = "DELETING"
 
+    class ReleaseChannel(models.TextChoices):
+        RAPID = "RAPID"
+        REGULAR = "REGULAR"
+        STABLE = "STABLE"
+        EXTENDED = "EXTENDED"
+
     name = models.SlugField(max_length=63, unique=True)
     provider = models.CharField(max_length=16, choices=Provider.choices, default=Provider.SIM)
     project = models.CharField(max_length=128, blank=True)
     location = models.CharField(max_length=64, default="us-central1")
+    # GKE settings (the sim provider ignores them). Dynamic slicing needs Standard on RAPID.
+    autopilot = models.BooleanField(default=False)
+    release_channel = models.CharField(
+        max_length=16, choices=ReleaseChannel.choices, default=ReleaseChannel.RAPID
+    )
+    version = models.CharField(
+        max_length=64, blank=True, help_text="initial GKE version; blank: the channel's default"
+    )
+    slice_controller = models.BooleanField(
+        default=False, help_text="the TPU slice controller add-on (dynamic slicing)"
+    )
+    system_machine_type = models.CharField(
+        max_length=64, default="e2-standard-4", help_text="default node pool of a Standard cluster"
+    )
+    system_node_count = models.PositiveIntegerField(default=1, help_text="per zone")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     status_message = models.TextField(blank=True)
-    operation_id = models.CharField(max_length=128, blank=True)
+    # GKE operation (or, for an adopted object, resource) names are long.
+    operation_id = models.CharField(max_length=255, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -43,9 +65,18 @@ class NodePool(models.Model):
     node_count = models.PositiveIntegerField()
     tpu_topology = models.CharField(max_length=16, blank=True)
     block = models.CharField(max_length=64, blank=True)
+    zone = models.CharField(max_length=64, blank=True, help_text="blank: the cluster's first zone")
+    reservation = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="the only reservation to use: projects/P/reservations/R[/reservationBlocks/B]",
+    )
+    workload_policy = models.CharField(
+        max_length=64, blank=True, help_text="Compute workload policy placing a super-slicing pool"
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     status_message = models.TextField(blank=True)
-    operation_id = models.CharField(max_length=128, blank=True)
+    operation_id = models.CharField(max_length=255, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

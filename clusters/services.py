@@ -17,6 +17,9 @@ from events.services import record_event
 
 logger = logging.getLogger(__name__)
 
+POLL_SECONDS = 1.0  # between looks at a running provider operation
+RETRY_SECONDS = 30.0  # after the provider was unavailable or rate limited
+
 
 @dataclass(frozen=True, slots=True)
 class Progress:
@@ -27,7 +30,17 @@ class Progress:
 
 
 def _cluster_spec(cluster: Cluster) -> ClusterSpec:
-    return ClusterSpec(cluster.name, cluster.project, cluster.location)
+    return ClusterSpec(
+        cluster.name,
+        cluster.project,
+        cluster.location,
+        autopilot=cluster.autopilot,
+        release_channel=cluster.release_channel,
+        version=cluster.version,
+        slice_controller=cluster.slice_controller,
+        system_machine_type=cluster.system_machine_type,
+        system_node_count=cluster.system_node_count,
+    )
 
 
 def _pool_spec(pool: NodePool) -> NodePoolSpec:
@@ -38,18 +51,30 @@ def _pool_spec(pool: NodePool) -> NodePoolSpec:
         pool.node_count,
         pool.tpu_topology,
         pool.block,
+        zone=pool.zone,
+        reservation=pool.reservation,
+        workload_policy=pool.workload_policy,
     )
 
 
 def create_cluster(
-    *, name: str, provider: str = "sim", project: str = "", location: str = "us-central1"
+    *,
+    name: str,
+    provider: str = "sim",
+    project: str = "",
+    location: str = "us-central1",
+    **gke_settings: bool | int | str,
 ) -> Cluster:
-    """Record the cluster; a task (enqueued on commit) creates it at the provider."""
+    """Record the cluster; a task (enqueued on commit) creates it at the provider.
+
+    `gke_settings` are Cluster fields only GKE reads: autopilot, release_channel, version,
+    slice_controller, system_machine_type, system_node_count.
+    """
     from clusters import tasks
 
     with transaction.atomic():
         cluster = Cluster.objects.create(
-            name=name, provider=provider, project=project, location=location
+            name=name, provider=provider, project=project, location=location, **gke_settings
         )
         record_event(
             "cluster.creating",
@@ -70,12 +95,18 @@ def create_node_pool(
     node_count: int,
     tpu_topology: str = "",
     block: str = "",
+    **gke_settings: str,
 ) -> NodePool:
-    """Validate against the catalog, record the pool, and provision it in a task."""
+    """Validate against the catalog, record the pool, and provision it in a task.
+
+    `gke_settings` are NodePool fields only GKE reads: zone, reservation, workload_policy.
+    """
     from clusters import tasks
 
     with transaction.atomic():
-        pool = _new_pool(cluster, name, machine_type, node_count, tpu_topology, block)
+        pool = _new_pool(
+            cluster, name, machine_type, node_count, tpu_topology, block, **gke_settings
+        )
         record_event(
             "node_pool.creating",
             at=timezone.now(),
@@ -95,6 +126,7 @@ def _new_pool(
     tpu_topology: str,
     block: str,
     operation_id: str = "",
+    **gke_settings: str,
 ) -> NodePool:
     """A pool row, once the catalog accepts its shape (CatalogError names the field)."""
     catalog.validate_pool(machine_type, node_count, tpu_topology or None)
@@ -106,6 +138,7 @@ def _new_pool(
         tpu_topology=tpu_topology,
         block=block,
         operation_id=operation_id,
+        **gke_settings,
     )
 
 
@@ -125,8 +158,9 @@ def reconcile_cluster(cluster_id: int) -> Progress:
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
         return Progress(done=True)
-    provider = get_provider(cluster.provider)
+    failure = _Failure(Cluster, cluster.pk, "cluster", cluster.name, f"Cluster/{cluster.name}")
     try:
+        provider = get_provider(cluster.provider)
         if not cluster.operation_id:
             operation = provider.create_cluster(_cluster_spec(cluster))
             # Stored before waiting: a retried task resumes this operation, never starts another.
@@ -134,15 +168,14 @@ def reconcile_cluster(cluster_id: int) -> Progress:
             cluster.refresh_from_db()
         operation = provider.get_operation(cluster.operation_id)
     except ProviderError as error:
-        if not error.permanent:
-            raise
-        _fail_cluster(cluster, error.message)
-        return Progress(done=True)
+        return failure.provider_error(error)
+    if operation.error:
+        return failure.fail(f"cluster {cluster.name}: {operation.error}")
     if not operation.done:
-        return Progress(done=False, retry_after=1.0)
+        return Progress(done=False, retry_after=POLL_SECONDS)
     with transaction.atomic():
         if Cluster.objects.filter(pk=cluster.pk, status=Cluster.Status.PROVISIONING).update(
-            status=Cluster.Status.RUNNING
+            status=Cluster.Status.RUNNING, status_message=""
         ):
             record_event(
                 "cluster.created",
@@ -154,17 +187,38 @@ def reconcile_cluster(cluster_id: int) -> Progress:
     return Progress(done=True)
 
 
-def _fail_cluster(cluster: Cluster, message: str) -> None:
-    _fail(Cluster, cluster.pk, "cluster.failed", cluster.name, f"Cluster/{cluster.name}", message)
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """How a cluster or node pool being provisioned reports what went wrong."""
 
+    model: type[Cluster] | type[NodePool]
+    pk: int
+    kind: str  # event kind prefix: "cluster" or "node_pool"
+    cluster: str
+    key: str
 
-def _fail(
-    model: type[Cluster] | type[NodePool], pk: int, kind: str, cluster: str, key: str, message: str
-) -> None:
-    """The provider refused for good: the row says why, and so does an event."""
-    with transaction.atomic():
-        model.objects.filter(pk=pk).update(status="ERROR", status_message=message)
-        record_event(kind, at=timezone.now(), cluster=cluster, object_key=key, message=message)
+    def provider_error(self, error: ProviderError) -> Progress:
+        if error.permanent:
+            return self.fail(error.message)
+        # GKE unavailable or rate limited: say so on the row and try again later.
+        logger.warning("%s: %s", self.key, error.message)
+        self.model.objects.filter(pk=self.pk).update(status_message=f"retrying: {error.message}")
+        return Progress(done=False, retry_after=RETRY_SECONDS)
+
+    def fail(self, message: str) -> Progress:
+        """The provider refused for good: the row says why, and so does an event."""
+        with transaction.atomic():
+            provisioning = self.model.objects.filter(pk=self.pk, status="PROVISIONING")
+            if not provisioning.update(status="ERROR", status_message=message):
+                return Progress(done=True)  # another worker got here first
+            record_event(
+                f"{self.kind}.failed",
+                at=timezone.now(),
+                cluster=self.cluster,
+                object_key=self.key,
+                message=message,
+            )
+        return Progress(done=True)
 
 
 def reconcile_node_pool(pool_id: int) -> Progress:
@@ -172,21 +226,27 @@ def reconcile_node_pool(pool_id: int) -> Progress:
     pool = NodePool.objects.select_related("cluster").filter(pk=pool_id).first()
     if pool is None or pool.status != NodePool.Status.PROVISIONING:
         return Progress(done=True)
-    provider = get_provider(pool.cluster.provider)
+    key = f"NodePool/{pool.cluster.name}/{pool.name}"
+    failure = _Failure(NodePool, pool.pk, "node_pool", pool.cluster.name, key)
+    if pool.cluster.status == Cluster.Status.PROVISIONING:
+        # GKE refuses node pools on a cluster it is still creating.
+        return Progress(done=False, retry_after=POLL_SECONDS)
+    if pool.cluster.status == Cluster.Status.ERROR:
+        return failure.fail(f"node pool {pool.name}: cluster {pool.cluster.name} failed")
     try:
+        provider = get_provider(pool.cluster.provider)
         if not pool.operation_id:
             operation = provider.create_node_pool(_pool_spec(pool))
             NodePool.objects.filter(pk=pool.pk, operation_id="").update(operation_id=operation.id)
             pool.refresh_from_db()
         operation = provider.get_operation(pool.operation_id)
+        if operation.error:
+            return failure.fail(f"node pool {pool.name}: {operation.error}")
         if not operation.done:
-            return Progress(done=False, retry_after=1.0)
+            return Progress(done=False, retry_after=POLL_SECONDS)
         templates = provider.list_nodes(_pool_spec(pool))
     except ProviderError as error:
-        if not error.permanent:
-            raise
-        _fail_node_pool(pool, error.message)
-        return Progress(done=True)
+        return failure.provider_error(error)
     _create_nodes(pool, templates)
     return Progress(done=True)
 
@@ -196,7 +256,7 @@ def _create_nodes(
 ) -> None:
     with transaction.atomic():
         if not NodePool.objects.filter(pk=pool.pk, status=NodePool.Status.PROVISIONING).update(
-            status=NodePool.Status.RUNNING
+            status=NodePool.Status.RUNNING, status_message=""
         ):
             return  # another worker finished it
         Node.objects.bulk_create(
@@ -220,11 +280,6 @@ def _create_nodes(
             message=f"node pool {pool.name} is running with {len(templates)} nodes",
             nodes=len(templates),
         )
-
-
-def _fail_node_pool(pool: NodePool, message: str) -> None:
-    key = f"NodePool/{pool.cluster.name}/{pool.name}"
-    _fail(NodePool, pool.pk, "node_pool.failed", pool.cluster.name, key, message)
 
 
 def provision_now(

@@ -171,6 +171,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 ACCELPLANE_PROVIDER = os.environ.get("ACCELPLANE_PROVIDER", "sim")
 # Simulated GKE operations take this long (seconds of wall time) before nodes appear.
 ACCELPLANE_SIM_OPERATION_SECONDS = envint("ACCELPLANE_SIM_OPERATION_SECONDS", 3)
+# The gke provider: Application Default Credentials unless a service account key file is
+# named; an endpoint override (plain http) points the client at a local fake (docs/gke.md).
+ACCELPLANE_GKE_ENDPOINT = os.environ.get("ACCELPLANE_GKE_ENDPOINT", "")
+ACCELPLANE_GKE_CREDENTIALS_FILE = os.environ.get("ACCELPLANE_GKE_CREDENTIALS_FILE", "")
 ACCELPLANE_MAX_MANIFEST_BYTES = envint("ACCELPLANE_MAX_MANIFEST_BYTES", 1_048_576)
 # Per API token (or signed-in user); beyond it requests answer 429 with Retry-After.
 ACCELPLANE_API_RATE = os.environ.get("ACCELPLANE_API_RATE", "6000/min")

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from importlib import import_module
+from typing import Any
 
 from django.conf import settings
 
 from clusters.providers.base import Provider, ProviderError
 
-PROVIDERS = {"sim": "clusters.providers.sim.SimProvider"}
+PROVIDERS = {
+    "sim": "clusters.providers.sim.SimProvider",
+    "gke": "clusters.providers.gke.GkeProvider",
+}
 
 
 def get_provider(name: str) -> Provider:
@@ -18,7 +23,26 @@ def get_provider(name: str) -> Provider:
     provider_class = getattr(import_module(module_name), class_name)
     if name == "sim":
         return provider_class(settings.ACCELPLANE_SIM_OPERATION_SECONDS)  # type: ignore[no-any-return]
-    return provider_class()  # type: ignore[no-any-return]
+    return provider_class(  # type: ignore[no-any-return]
+        api_endpoint=settings.ACCELPLANE_GKE_ENDPOINT,
+        credentials_info=_service_account_key(settings.ACCELPLANE_GKE_CREDENTIALS_FILE),
+    )
+
+
+def _service_account_key(path: str) -> dict[str, Any] | None:
+    """The key file's JSON, or None to use Application Default Credentials."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as key_file:
+            return dict(json.load(key_file))
+    except (OSError, ValueError) as error:
+        # Name the file, never its contents.
+        raise ProviderError(
+            f"ACCELPLANE_GKE_CREDENTIALS_FILE {path}: not a readable service account key "
+            f"({type(error).__name__})",
+            permanent=True,
+        ) from None
 
 
 __all__ = ["PROVIDERS", "Provider", "ProviderError", "get_provider"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from clusters import catalog
 from clusters.catalog import NodeTemplate
 
 
@@ -13,6 +14,13 @@ class ClusterSpec:
     name: str
     project: str
     location: str
+    # What GKE is asked for; the sim provider ignores these.
+    autopilot: bool = False
+    release_channel: str = "RAPID"
+    version: str = ""
+    slice_controller: bool = False
+    system_machine_type: str = "e2-standard-4"
+    system_node_count: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +31,17 @@ class NodePoolSpec:
     node_count: int
     tpu_topology: str = ""
     block: str = ""
+    zone: str = ""
+    reservation: str = ""
+    workload_policy: str = ""
+
+    @property
+    def node_zone(self) -> str:
+        """The pool's zone: its own, the cluster's if zonal, else the region's first zone."""
+        if self.zone:
+            return self.zone
+        location = self.cluster.location
+        return location if location.count("-") >= 2 else f"{location}-a"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +68,28 @@ class Provider(Protocol):
         """Start creating a node pool; returns the long-running operation."""
 
     def get_operation(self, operation_id: str) -> Operation:
-        """The operation's current state."""
+        """The operation's current state; a failed one is done with `error` set."""
 
     def list_nodes(self, spec: NodePoolSpec) -> list[NodeTemplate]:
         """The nodes of a created node pool, with their labels, taints and capacity."""
+
+
+def check_pool(spec: NodePoolSpec) -> None:
+    """Refuse, for good, a pool shape GKE would refuse (the catalog names the field)."""
+    try:
+        catalog.validate_pool(spec.machine_type, spec.node_count, spec.tpu_topology or None)
+    except catalog.CatalogError as error:
+        raise ProviderError(str(error), permanent=True) from error
+
+
+def catalog_nodes(spec: NodePoolSpec) -> list[NodeTemplate]:
+    """The nodes GKE creates for this pool, as the machine catalog describes them."""
+    return catalog.node_templates(
+        cluster=spec.cluster.name,
+        pool=spec.name,
+        machine_type=spec.machine_type,
+        nodes=spec.node_count,
+        tpu_topology=spec.tpu_topology or None,
+        block=spec.block or None,
+        zone=spec.node_zone,
+    )

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import time
 
-from clusters import catalog
 from clusters.catalog import NodeTemplate
-from clusters.providers.base import ClusterSpec, NodePoolSpec, Operation, ProviderError
+from clusters.providers.base import (
+    ClusterSpec,
+    NodePoolSpec,
+    Operation,
+    ProviderError,
+    catalog_nodes,
+    check_pool,
+)
 
 
 class SimProvider:
@@ -25,10 +31,7 @@ class SimProvider:
         return self._start("create-cluster", spec.name)
 
     def create_node_pool(self, spec: NodePoolSpec) -> Operation:
-        try:
-            catalog.validate_pool(spec.machine_type, spec.node_count, spec.tpu_topology or None)
-        except catalog.CatalogError as error:
-            raise ProviderError(str(error), permanent=True) from error
+        check_pool(spec)
         return self._start("create-node-pool", spec.name)
 
     def get_operation(self, operation_id: str) -> Operation:
@@ -39,12 +42,4 @@ class SimProvider:
         return Operation(id=operation_id, done=time.time() >= deadline)
 
     def list_nodes(self, spec: NodePoolSpec) -> list[NodeTemplate]:
-        return catalog.node_templates(
-            cluster=spec.cluster.name,
-            pool=spec.name,
-            machine_type=spec.machine_type,
-            nodes=spec.node_count,
-            tpu_topology=spec.tpu_topology or None,
-            block=spec.block or None,
-            zone=f"{spec.cluster.location}-a",
-        )
+        return catalog_nodes(spec)

@@ -179,7 +179,7 @@ def test_admins_create_clusters_that_a_worker_provisions(admin, django_capture_o
     assert "name" in bad_name.json()
     gke = admin.post("/api/v1/clusters", {"name": "real", "provider": "gke"}, format="json")
     assert gke.status_code == 400
-    assert "provider" in gke.json()
+    assert "project" in gke.json()
 
 
 def test_browser_sessions_need_the_csrf_token_to_write(tenants):
