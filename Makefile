@@ -49,3 +49,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/kueue_baseline.py
 	$(BIN)/python benchmarks/kueue_tas.py
 	$(BIN)/python benchmarks/deep_queue.py
+	$(BIN)/python benchmarks/api_load.py
