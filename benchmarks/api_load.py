@@ -138,7 +138,7 @@ def main() -> None:
         "ACCELPLANE_VAR_DIR": tempfile.mkdtemp(prefix="accelplane-bench-"),
         "ACCELPLANE_PORT": str(PORT),
         "ACCELPLANE_API_RATE": "1000000/min",
-        "LOG_LEVEL": "ERROR",
+        "LOG_LEVEL": os.environ.get("LOG_LEVEL", "ERROR"),
     }
     python = sys.executable
     subprocess.run([python, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)

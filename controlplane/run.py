@@ -66,6 +66,8 @@ def main() -> int:
     if stack and not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
         print("--stack needs DATABASE_URL and REDIS_URL", file=sys.stderr)  # noqa: T201
         return 2
+    # A SIGTERM (docker stop, a supervisor) stops the children too, via the finally below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     processes = {
         name: subprocess.Popen(cmd)
         for name, cmd in commands(*((2, 2) if stack else (1, 1))).items()
