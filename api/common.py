@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from clusters.models import Cluster
-from teams.services import Scope, scope_of
+from teams.services import Scope, request_scope
 
 
 class Conflict(APIException):
@@ -23,11 +23,7 @@ class Conflict(APIException):
 
 
 def scope(request: Request) -> Scope:
-    cached: Scope | None = getattr(request, "_accelplane_scope", None)
-    if cached is None:
-        cached = scope_of(request.user)
-        request._accelplane_scope = cached  # type: ignore[attr-defined]
-    return cached
+    return request_scope(request)
 
 
 def signed_in(request: Request) -> User:

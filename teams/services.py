@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.db.models import Q, QuerySet
+from django.http import HttpRequest
 from django.utils import timezone
 
 from teams.models import ApiToken, Membership, Team, TeamNamespace
@@ -55,6 +56,15 @@ def scope_of(user: User | AnonymousUser) -> Scope:
     readable = frozenset(name for name, _ in rows)
     writable = frozenset(name for name, role in rows if role == Membership.Role.SUBMITTER)
     return Scope(False, readable, writable)
+
+
+def request_scope(request: HttpRequest) -> Scope:
+    """`scope_of` the request's user, worked out once per request."""
+    cached: Scope | None = getattr(request, "_accelplane_scope", None)
+    if cached is None:
+        cached = scope_of(request.user)
+        request._accelplane_scope = cached  # type: ignore[attr-defined]
+    return cached
 
 
 def _digest(token: str) -> str:

@@ -1,0 +1,207 @@
+"""Playwright in Debian's headless Chromium against daphne serving pytest-django's test database.
+
+Nothing downloads a browser: without /usr/lib/chromium/chromium (apt-get install chromium)
+every test here is skipped. The server is one daphne subprocess for the whole run; each test
+makes its own rows (transactional database) and drives the simulated clock from this process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.db import connection, connections
+from django.test import Client
+from playwright.sync_api import sync_playwright
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-dev-shm-usage",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCRATCH = Path(tempfile.mkdtemp(prefix="accelplane-browser-"))
+
+# The server is another process: an in-memory SQLite test database would be invisible to it.
+_default = connections["default"].settings_dict
+if _default["ENGINE"].endswith("sqlite3") and CHROMIUM.exists():
+    _default.setdefault("TEST", {})["NAME"] = str(SCRATCH / "test.sqlite3")
+
+
+def pytest_collection_modifyitems(config, items):
+    if CHROMIUM.exists():
+        return
+    skip = pytest.mark.skip(
+        reason=f"browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)"
+    )
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(skip)
+
+
+# Playwright's sync API keeps an asyncio loop marked running in this thread while it is
+# started: Django then refuses ORM calls (allowed here for browser tests only), and tests
+# elsewhere would see the loop too. So Playwright runs per module, not for the whole session.
+@pytest.fixture(scope="module")
+def playwright():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
+        with sync_playwright() as instance:
+            yield instance
+
+
+@pytest.fixture(scope="module")
+def browser_type(playwright):
+    return playwright.chromium
+
+
+@pytest.fixture(scope="module")
+def browser(browser_type):
+    instance = browser_type.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+    yield instance
+    instance.close()
+
+
+@pytest.fixture(scope="module")
+def browser_context_args():
+    return {"viewport": {"width": 1280, "height": 900}}
+
+
+def _database_url():
+    settings = connection.settings_dict
+    if settings["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{settings['NAME']}"
+    url = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(url._replace(path="/" + settings["NAME"]))
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """daphne on the test database; `stop()` and `start()` again on the same port."""
+
+    def __init__(self, database_url):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = None
+        env = {**os.environ, "DATABASE_URL": database_url}
+        env.pop("REDIS_URL", None)  # the in-process channel layer; no worker: tests drive tasks
+        env.update(
+            ACCELPLANE_VAR_DIR=str(SCRATCH / "var"),
+            ACCELPLANE_EVENTS_POLL_SECONDS="0.2",
+            CELERY_TASK_ALWAYS_EAGER="0",
+            DEBUG="1",
+        )
+        self.env = env
+
+    def start(self):
+        log = (SCRATCH / "daphne.log").open("a")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "controlplane.asgi:application",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/login/", timeout=2):
+                    return
+            except OSError:
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.1)
+        pytest.fail(f"daphne did not start; see {SCRATCH / 'daphne.log'}")
+
+    def stop(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def server(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        instance = Server(_database_url())
+    instance.start()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def log_in(server, context):
+    """Sign `user` in: a session made here, its cookie given to the browser."""
+
+    def sign_in(user):
+        client = Client()
+        client.force_login(user)
+        cookie = client.cookies["sessionid"]
+        context.add_cookies([{"name": "sessionid", "value": cookie.value, "url": server.url}])
+
+    return sign_in
+
+
+@pytest.fixture
+def gpu_demo(cluster):
+    """The GPU seed workflow, running for ten minutes: Deployment `chat` (2 GPUs, high) and
+    Job `finetune` (2 pods x 2 GPUs, low, checkpoints every 10 steps) fill 6 GPUs of quota."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+
+    from teams import services as teams
+    from tests.support import GPU_QUEUES, deployment, job
+    from workloads import runtime, services
+    from workloads.models import KubeObject
+
+    start = timezone.now() - timedelta(minutes=10)
+    services.apply(cluster, GPU_QUEUES, source="queues.yaml", now=start)
+    for name, text in (
+        ("chat.yaml", deployment("chat", startup="5s")),
+        ("finetune.yaml", job("finetune", startup="5s", step_time="5s", checkpoint_every=10)),
+    ):
+        services.apply(cluster, text, source=name, now=start, namespace="llm")
+    runtime.advance(cluster, start, timezone.now())
+    teams.ensure_team("llm", namespaces=["llm"], members=[("ml-engineer", "submitter")])
+    return SimpleNamespace(
+        cluster=cluster,
+        chat=KubeObject.objects.get(kind="Deployment", name="chat"),
+        finetune=KubeObject.objects.get(kind="Job", name="finetune"),
+        admin=User.objects.create_superuser("admin", "admin@example.com", "s3cret-pass"),
+        member=User.objects.get(username="ml-engineer"),
+    )

@@ -1,0 +1,329 @@
+"""Admin forms: clusters, node pools (from the machine catalog), Kueue objects, teams.
+
+Kueue objects are built as manifests and applied through the same service as `kubectl apply`,
+so the form and the API validate alike; a ManifestError's field path is shown next to the
+form field that produced it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.validators import RegexValidator
+
+from clusters import catalog
+from clusters.models import Cluster, NodePool
+from teams.models import Membership
+from web.forms.workloads import choice_field
+from workloads.manifests import ManifestError
+from workloads.models import ClusterQueue, Cohort, ResourceFlavor
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+NAME = RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "lower-case letters, digits and -")
+CATALOG_FIELDS = {
+    "machineType": "machine_type",
+    "tpuTopology": "tpu_topology",
+    "nodes": "node_count",
+}
+POLICIES = [(p, p) for p in ("Never", "LowerPriority", "LowerOrNewerEqualPriority", "Any")]
+
+
+def _machine_label(machine: catalog.MachineType) -> str:
+    cpu = f"{machine.cpu_milli // 1000} vCPU, {machine.memory_bytes // catalog.GiB} GiB"
+    if machine.accelerator is None:
+        return f"{machine.name} ({cpu})"
+    topologies = f"; topologies {', '.join(machine.tpu_topologies)}" if machine.is_tpu else ""
+    chips = "GPU" if machine.is_gpu else "TPU chip"
+    return (
+        f"{machine.name} ({machine.accelerator_count} x {machine.accelerator} {chips}"
+        f"{'s' if machine.accelerator_count > 1 else ''}{topologies}; {cpu})"
+    )
+
+
+def machine_choices() -> list[tuple[str, list[tuple[str, str]]]]:
+    groups: dict[str, list[tuple[str, str]]] = {"GPU": [], "TPU": [], "CPU only": []}
+    for machine in catalog.CATALOG.values():
+        group = "GPU" if machine.is_gpu else "TPU" if machine.is_tpu else "CPU only"
+        groups[group].append((machine.name, _machine_label(machine)))
+    return list(groups.items())
+
+
+def topology_choices() -> list[tuple[str, str]]:
+    seen = sorted(
+        {t for m in catalog.CATALOG.values() for t in m.tpu_topologies},
+        key=lambda t: [int(p) for p in t.split("x")],
+    )
+    return [("", "none (GPU and CPU pools)"), *((t, t) for t in seen)]
+
+
+class ClusterForm(forms.Form):
+    name = forms.CharField(max_length=40, validators=[NAME])
+    location = forms.CharField(max_length=64, initial="us-central1")
+    project = forms.CharField(max_length=128, required=False)
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        if Cluster.objects.filter(name=name).exists():
+            raise forms.ValidationError(f"a cluster named {name!r} already exists")
+        return name
+
+
+class NodePoolForm(forms.Form):
+    name = forms.CharField(max_length=40, validators=[NAME])
+    machine_type = forms.ChoiceField(choices=machine_choices)
+    node_count = forms.IntegerField(min_value=1, max_value=catalog.MAX_NODES, initial=1)
+    tpu_topology = forms.ChoiceField(choices=topology_choices, required=False, label="TPU topology")
+
+    def __init__(self, cluster: Cluster, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cluster = cluster
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        if NodePool.objects.filter(cluster=self.cluster, name=name).exists():
+            raise forms.ValidationError(f"cluster {self.cluster.name} already has a pool {name!r}")
+        return name
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if {"machine_type", "node_count"} <= data.keys():
+            try:
+                catalog.validate_pool(
+                    data["machine_type"], data["node_count"], data.get("tpu_topology") or None
+                )
+            except catalog.CatalogError as error:
+                self.add_error(CATALOG_FIELDS.get(error.field), str(error))
+        return data
+
+
+class KueueForm(forms.Form):
+    """A form that is one Kueue (or scheduling.k8s.io) object: `manifest()` builds it and
+    `FIELD_PATHS` maps the manifest's field paths back to the form's fields."""
+
+    KIND = ""
+    FIELD_PATHS: tuple[tuple[str, str], ...] = (("metadata.name", "name"),)
+    name = forms.CharField(max_length=63, validators=[NAME])
+
+    def __init__(self, cluster: Cluster, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cluster = cluster
+
+    def manifest(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def add_manifest_error(self, error: ManifestError) -> None:
+        path = error.path or ""
+        field = next((f for prefix, f in self.FIELD_PATHS if path.startswith(prefix)), None)
+        self.add_error(field, str(error))
+
+
+def _labels(text: str) -> dict[str, str]:
+    labels = {}
+    for line in text.splitlines():
+        if line.strip():
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise forms.ValidationError(f"{line.strip()!r} is not key=value")
+            labels[key.strip()] = value.strip()
+    return labels
+
+
+class ResourceFlavorForm(KueueForm):
+    KIND = "ResourceFlavor"
+    FIELD_PATHS = (("metadata.name", "name"), ("spec.nodeLabels", "node_labels"))
+    node_labels = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One key=value per line, e.g. cloud.google.com/gke-accelerator=nvidia-l4",
+    )
+
+    def clean_node_labels(self) -> dict[str, str]:
+        return _labels(self.cleaned_data["node_labels"])
+
+    def manifest(self) -> dict[str, Any]:
+        spec = (
+            {"nodeLabels": self.cleaned_data["node_labels"]}
+            if self.cleaned_data["node_labels"]
+            else {}
+        )
+        return {
+            "apiVersion": KUEUE,
+            "kind": self.KIND,
+            "metadata": {"name": self.cleaned_data["name"]},
+            "spec": spec,
+        }
+
+
+class CohortForm(KueueForm):
+    KIND = "Cohort"
+    FIELD_PATHS = (("metadata.name", "name"), ("spec.parentName", "parent"))
+    parent = forms.CharField(max_length=63, required=False, help_text="A parent cohort, if any")
+
+    def manifest(self) -> dict[str, Any]:
+        parent = self.cleaned_data["parent"]
+        return {
+            "apiVersion": KUEUE,
+            "kind": self.KIND,
+            "metadata": {"name": self.cleaned_data["name"]},
+            "spec": {"parentName": parent} if parent else {},
+        }
+
+
+class ClusterQueueForm(KueueForm):
+    KIND = "ClusterQueue"
+    FIELD_PATHS = (
+        ("metadata.name", "name"),
+        ("spec.cohort", "cohort"),
+        ("spec.resourceGroups", "flavor"),
+        ("spec.preemption", "within_cluster_queue"),
+    )
+    RESOURCES = (
+        ("cpu", "cpu"),
+        ("memory", "memory"),
+        ("gpus", catalog.GPU_RESOURCE),
+        ("tpus", catalog.TPU_RESOURCE),
+    )
+    cohort = forms.ChoiceField(required=False)
+    flavor = forms.ChoiceField(label="ResourceFlavor")
+    cpu = forms.CharField(required=False, help_text="Nominal quota, e.g. 72")
+    memory = forms.CharField(required=False, help_text="Nominal quota, e.g. 288Gi")
+    gpus = forms.CharField(required=False, label="nvidia.com/gpu")
+    tpus = forms.CharField(required=False, label="google.com/tpu")
+    within_cluster_queue = forms.ChoiceField(choices=POLICIES, initial="LowerPriority")
+    reclaim_within_cohort = forms.ChoiceField(choices=POLICIES, initial="Never")
+
+    def __init__(self, cluster: Cluster, *args: Any, **kwargs: Any) -> None:
+        super().__init__(cluster, *args, **kwargs)
+        cohorts = Cohort.objects.filter(cluster=cluster).values_list("name", flat=True)
+        choice_field(self, "cohort").choices = [("", "none"), *((c, c) for c in cohorts)]
+        flavors = ResourceFlavor.objects.filter(cluster=cluster).values_list("name", flat=True)
+        choice_field(self, "flavor").choices = [(f, f) for f in flavors]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not any(data.get(field) for field, _ in self.RESOURCES):
+            self.add_error("cpu", "give a nominal quota for at least one resource")
+        return data
+
+    def manifest(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        quotas = [(r, data[f]) for f, r in self.RESOURCES if data.get(f)]
+        spec: dict[str, Any] = {
+            "namespaceSelector": {},
+            "preemption": {
+                "withinClusterQueue": data["within_cluster_queue"],
+                "reclaimWithinCohort": data["reclaim_within_cohort"],
+            },
+            "resourceGroups": [
+                {
+                    "coveredResources": [r for r, _ in quotas],
+                    "flavors": [
+                        {
+                            "name": data["flavor"],
+                            "resources": [{"name": r, "nominalQuota": q} for r, q in quotas],
+                        }
+                    ],
+                }
+            ],
+        }
+        if data["cohort"]:
+            spec["cohortName"] = data["cohort"]
+        return {
+            "apiVersion": KUEUE,
+            "kind": self.KIND,
+            "metadata": {"name": data["name"]},
+            "spec": spec,
+        }
+
+
+class LocalQueueForm(KueueForm):
+    KIND = "LocalQueue"
+    FIELD_PATHS = (
+        ("metadata.namespace", "namespace"),
+        ("metadata.name", "name"),
+        ("spec.clusterQueue", "cluster_queue"),
+    )
+    namespace = forms.CharField(max_length=63, validators=[NAME])
+    cluster_queue = forms.ChoiceField(label="ClusterQueue")
+
+    def __init__(self, cluster: Cluster, *args: Any, **kwargs: Any) -> None:
+        super().__init__(cluster, *args, **kwargs)
+        queues = ClusterQueue.objects.filter(cluster=cluster).values_list("name", flat=True)
+        choice_field(self, "cluster_queue").choices = [(q, q) for q in queues]
+
+    def manifest(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {
+            "apiVersion": KUEUE,
+            "kind": self.KIND,
+            "metadata": {"name": data["name"], "namespace": data["namespace"]},
+            "spec": {"clusterQueue": data["cluster_queue"]},
+        }
+
+
+class PriorityClassForm(KueueForm):
+    KIND = "PriorityClass"
+    FIELD_PATHS = (("metadata.name", "name"), ("value", "value"), ("description", "description"))
+    value = forms.IntegerField(min_value=-(2**31), max_value=10**9)
+    description = forms.CharField(max_length=200, required=False)
+    workload_priority_class = forms.BooleanField(
+        required=False, help_text="A Kueue WorkloadPriorityClass instead of a PriorityClass"
+    )
+
+    def manifest(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        body: dict[str, Any] = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": data["name"]},
+            "value": data["value"],
+        }
+        if data["workload_priority_class"]:
+            body.update(apiVersion=KUEUE, kind="WorkloadPriorityClass")
+        if data["description"]:
+            body["description"] = data["description"]
+        return body
+
+
+KUEUE_FORMS: dict[str, type[KueueForm]] = {
+    "resourceflavor": ResourceFlavorForm,
+    "cohort": CohortForm,
+    "clusterqueue": ClusterQueueForm,
+    "localqueue": LocalQueueForm,
+    "priorityclass": PriorityClassForm,
+}
+
+
+class TeamForm(forms.Form):
+    name = forms.CharField(max_length=63, validators=[NAME])
+    namespaces = forms.CharField(
+        max_length=500, help_text="Comma-separated; each belongs to this team only"
+    )
+    members = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One per line: username role (viewer or submitter)",
+    )
+
+    def clean_namespaces(self) -> list[str]:
+        names = [n.strip() for n in self.cleaned_data["namespaces"].split(",") if n.strip()]
+        for name in names:
+            NAME(name)
+        if not names:
+            raise forms.ValidationError("name at least one namespace")
+        return names
+
+    def clean_members(self) -> list[tuple[str, str]]:
+        members = []
+        roles = Membership.Role.values
+        for line in self.cleaned_data["members"].splitlines():
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 2 or parts[1] not in roles:
+                raise forms.ValidationError(
+                    f"{line.strip()!r}: write a username and a role ({' or '.join(roles)})"
+                )
+            members.append((parts[0], parts[1]))
+        return members

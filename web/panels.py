@@ -1,0 +1,280 @@
+"""What the pages show, read from the rows: accelerator totals, nodes, TPU cubes, queue bars.
+
+Read-only, and scoped: a team member sees another team's workloads only as "another team".
+Quantities are counts (GPUs, TPU chips) unless a field says it is a Kubernetes string.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from api.events import visible_events
+from clusters.catalog import GPU_RESOURCE, LABEL_TPU_SLICE, TPU_RESOURCE
+from clusters.models import Cluster, Node, NodePool
+from events.services import serialize
+from teams.models import TeamNamespace
+from teams.services import Scope
+from workloads.models import ClusterQueue, KubeObject, Pod, Slice, Workload
+from workloads.quantities import parse_quantity
+from workloads.status import cluster_queue_usage
+
+ACCELERATORS = ((GPU_RESOURCE, "GPUs"), (TPU_RESOURCE, "TPU chips"))
+BOUND_PHASES = (Pod.Phase.PENDING, Pod.Phase.RUNNING)
+HIDDEN = "another team's workload"
+# Workload colours on the TPU map and the node table (accelplane.css .c0 to .c7).
+PALETTE_SIZE = 8
+FEED_LENGTH = 40
+TIMELINE_LENGTH = 500
+TIMELINE_SKIPS = ("checkpoint.saved",)
+
+
+def colour(key: str) -> str:
+    """A stable colour class for a workload owner, the same on every page."""
+    return f"c{int(hashlib.sha1(key.encode()).hexdigest(), 16) % PALETTE_SIZE}"
+
+
+def latest_seq(caller: Scope) -> int:
+    """The newest event the caller may see: the page is rendered up to here."""
+    return visible_events(caller).order_by("-id").values_list("id", flat=True).first() or 0
+
+
+def recent_events(caller: Scope) -> list[dict[str, Any]]:
+    """The newest events the caller may see, newest first."""
+    return [serialize(e) for e in visible_events(caller).order_by("-id")[:FEED_LENGTH]]
+
+
+def timeline(caller: Scope, obj: KubeObject) -> list[dict[str, Any]]:
+    """Everything that happened to an object, oldest first; its checkpoints have their own
+    table, so they are left out."""
+    rows = (
+        visible_events(caller)
+        .filter(cluster=obj.cluster.name, object_key=obj.key)
+        .exclude(kind__in=TIMELINE_SKIPS)
+    )
+    return [serialize(e) for e in rows.order_by("id")[:TIMELINE_LENGTH]]
+
+
+def _percent(part: float, whole: float) -> float:
+    return round(100 * part / whole, 1) if whole else 0.0
+
+
+def accelerator_totals(cluster: Cluster) -> list[dict[str, Any]]:
+    """Per accelerator resource the cluster has: chips on ready nodes, held by bound pods, free."""
+    total: dict[str, int] = defaultdict(int)
+    for allocatable in Node.objects.filter(cluster=cluster, ready=True).values_list(
+        "allocatable", flat=True
+    ):
+        for resource, _ in ACCELERATORS:
+            total[resource] += allocatable.get(resource, 0)
+    used: dict[str, int] = defaultdict(int)
+    for scheduling in Pod.objects.filter(
+        cluster=cluster, node__isnull=False, phase__in=BOUND_PHASES
+    ).values_list("scheduling", flat=True):
+        for resource, _ in ACCELERATORS:
+            used[resource] += scheduling.get("requests", {}).get(resource, 0)
+    rows = []
+    for resource, label in ACCELERATORS:
+        if total[resource]:
+            whole, part = total[resource] // 1000, used[resource] // 1000
+            rows.append(
+                {
+                    "resource": resource,
+                    "label": label,
+                    "total": whole,
+                    "used": part,
+                    "free": whole - part,
+                    "percent": _percent(part, whole),
+                }
+            )
+    return rows
+
+
+def team_usage(caller: Scope) -> list[dict[str, Any]]:
+    """GPUs and TPU chips each team's admitted workloads hold, in every cluster. A team member
+    sees their own teams by name and everybody else as one row."""
+    team_of = dict(TeamNamespace.objects.values_list("name", "team__name"))
+    held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for row in Workload.objects.filter(phase__in=Workload.HOLDING_QUOTA):
+        name = team_of.get(row.namespace, f"namespace {row.namespace}")
+        if not caller.can_read(row.namespace):
+            name = "other teams"
+        by_name = {p["name"]: p for p in row.pod_sets}
+        for assignment in row.assignments:
+            requests = by_name[assignment["name"]]["requests"]
+            for resource, _ in ACCELERATORS:
+                held[name][resource] += requests.get(resource, 0) * assignment["count"]
+    return [
+        {
+            "team": name,
+            "gpus": held[name][GPU_RESOURCE] // 1000,
+            "tpus": held[name][TPU_RESOURCE] // 1000,
+        }
+        for name in sorted(held, key=lambda n: (n == "other teams", n))
+    ]
+
+
+def _pod_users(cluster: Cluster, caller: Scope) -> dict[int, list[dict[str, Any]]]:
+    """Node id -> the workloads whose pods are bound to it, with the accelerators they hold."""
+    users: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    pods = Pod.objects.filter(cluster=cluster, node__isnull=False, phase__in=BOUND_PHASES)
+    for pod in pods.select_related("owner"):
+        assert pod.node_id is not None
+        requests = pod.scheduling.get("requests", {})
+        chips = sum(requests.get(r, 0) for r, _ in ACCELERATORS) // 1000
+        visible = caller.can_read(pod.namespace)
+        users[pod.node_id].append(
+            {
+                "label": pod.owner.key if visible else HIDDEN,
+                "object_id": pod.owner_id if visible else None,
+                "pod": pod.name if visible else "",
+                "chips": chips,
+                "ready": pod.ready,
+                "colour": colour(pod.owner.key) if visible else "hidden",
+            }
+        )
+    return users
+
+
+def node_pools(cluster: Cluster, caller: Scope) -> list[dict[str, Any]]:
+    """Node pools with their nodes; per node its accelerators and the workloads using them."""
+    users = _pod_users(cluster, caller)
+    result = []
+    for pool in NodePool.objects.filter(cluster=cluster).prefetch_related("nodes"):
+        nodes = []
+        for node in pool.nodes.all():
+            chips = sum(node.allocatable.get(r, 0) for r, _ in ACCELERATORS) // 1000
+            accelerator = node.labels.get("cloud.google.com/gke-accelerator") or node.labels.get(
+                "cloud.google.com/gke-tpu-accelerator", ""
+            )
+            on_node = users.get(node.pk, [])
+            nodes.append(
+                {
+                    "node": node,
+                    "accelerator": accelerator,
+                    "chips": chips,
+                    "used": sum(u["chips"] for u in on_node),
+                    "users": on_node,
+                }
+            )
+        result.append({"pool": pool, "nodes": nodes})
+    return result
+
+
+def _slice_owners(cluster: Cluster, caller: Scope) -> dict[str, dict[str, Any]]:
+    """Host name -> the slice on it, its topology and its workload (as the caller may see it)."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for row in Slice.objects.filter(cluster=cluster).select_related("workload__owner"):
+        visible = caller.can_read(row.workload.namespace)
+        owner = row.workload.owner.key
+        info = {
+            "slice": row.name if visible else "",
+            "index": row.name.rsplit("-", 1)[-1],
+            "topology": row.topology,
+            "state": row.state,
+            "label": owner if visible else HIDDEN,
+            "object_id": row.workload.owner_id if visible else None,
+            "colour": colour(owner) if visible else "hidden",
+            "super": len(row.node_pools) > 1,
+        }
+        for host in row.hosts:
+            hosts[host] = info
+    return hosts
+
+
+def tpu_map(cluster: Cluster, caller: Scope) -> dict[str, list[Any]]:
+    """Cubes (tpu7x pools, 16 hosts at chip coordinates) as rows of (x, y) and columns of z,
+    v5e pools as their slices of hosts, each host with what runs on it; and TPU pools whose
+    nodes are not there yet."""
+    slices = _slice_owners(cluster, caller)
+    users = _pod_users(cluster, caller)
+    cubes: list[dict[str, Any]] = []
+    v5e: list[dict[str, Any]] = []
+    waiting: list[NodePool] = []
+    pools = NodePool.objects.filter(cluster=cluster).exclude(tpu_topology="")
+    for pool in pools.prefetch_related("nodes"):
+        nodes = list(pool.nodes.all())
+        if nodes and all(n.coordinates for n in nodes):
+            cubes.append({"pool": pool, "rows": _cube_rows(nodes, slices)})
+        elif nodes:
+            v5e.append({"pool": pool, "slices": _host_groups(nodes, users)})
+        else:
+            waiting.append(pool)
+    return {"cubes": cubes, "v5e": v5e, "waiting": waiting}
+
+
+def _cube_rows(nodes: Iterable[Node], slices: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    grid: dict[tuple[int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for node in nodes:
+        assert node.coordinates is not None  # cube hosts have chip coordinates
+        x, y, z = node.coordinates
+        grid[(x, y)][z] = {"node": node, "slice": slices.get(node.name)}
+    return [
+        {"x": x, "y": y, "hosts": [grid[(x, y)][z] for z in sorted(grid[(x, y)])]}
+        for x, y in sorted(grid)
+    ]
+
+
+def _host_groups(
+    nodes: Iterable[Node], users: dict[int, list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for node in nodes:
+        on_node = users.get(node.pk, [])
+        groups[node.labels.get(LABEL_TPU_SLICE, node.name)].append(
+            {"node": node, "user": on_node[0] if on_node else None}
+        )
+    return [{"name": name, "hosts": hosts} for name, hosts in sorted(groups.items())]
+
+
+def _amount(resource: str, value: str | None) -> float:
+    """A Kubernetes quantity string as a count (cores, GPUs, chips) or GiB for bytes."""
+    if value is None:
+        return 0.0
+    milli = parse_quantity(value, field=resource)
+    return milli / 1000 / (2**30 if resource in ("memory", "ephemeral-storage") else 1)
+
+
+def _bar(resource: dict[str, Any]) -> dict[str, Any]:
+    name = resource["resource"]
+    nominal = _amount(name, resource["nominal"])
+    used = _amount(name, resource["used"])
+    borrowed = _amount(name, resource["borrowed"])
+    pending = _amount(name, resource["pending"])
+    lending_limit = resource["lending_limit"]
+    lendable = max(0.0, nominal - used)
+    if lending_limit is not None:
+        lendable = min(lendable, _amount(name, lending_limit))
+    scale = max(nominal, used, nominal + pending, used + pending) or 1.0
+    return {
+        **resource,
+        "lendable": resource["nominal"] if lendable == nominal else _shown(name, lendable),
+        "segments": {
+            "used": _percent(used - borrowed, scale),
+            "borrowed": _percent(borrowed, scale),
+            "pending": _percent(pending, scale),
+            "nominal": _percent(nominal, scale),
+        },
+    }
+
+
+def _shown(resource: str, amount: float) -> str:
+    text = f"{amount:g}"
+    return f"{text}Gi" if resource in ("memory", "ephemeral-storage") else text
+
+
+def queue_bars(cluster: Cluster) -> list[dict[str, Any]]:
+    """ClusterQueues grouped by cohort (cohort name "" for those in none), each with a bar per
+    flavor and resource: used within nominal, borrowed, pending demand, and the nominal mark."""
+    cohorts: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for cq in ClusterQueue.objects.filter(cluster=cluster):
+        usage = cluster_queue_usage(cluster, cq)
+        usage["bars"] = [_bar(r) for r in usage["resources"]]
+        usage["spec"] = cq.spec
+        cohorts[cq.cohort_name].append(usage)
+    return [
+        {"cohort": name, "queues": cohorts[name]}
+        for name in sorted(cohorts, key=lambda n: (n == "", n))
+    ]

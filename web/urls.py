@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from django.contrib.auth import views as auth
+from django.urls import path
+
+from web.views import admin, platform, workloads
+
+app_name = "web"
+urlpatterns = [
+    path("", platform.overview, name="overview"),
+    path("login/", auth.LoginView.as_view(template_name="web/login.html"), name="login"),
+    path("logout/", auth.LogoutView.as_view(next_page="web:login"), name="logout"),
+    path("clusters/<slug:name>/", platform.cluster_detail, name="cluster"),
+    path("clusters/<slug:name>/tpu/", platform.tpu_map, name="tpu-map"),
+    path("clusters/<slug:name>/nodepools/new/", admin.new_node_pool, name="new-node-pool"),
+    path("queues/", platform.queues, name="queues"),
+    path("workloads/", workloads.workload_list, name="workloads"),
+    path("workloads/<int:pk>/", workloads.workload_detail, name="workload"),
+    path("submit/", workloads.submit, name="submit"),
+    path("platform/", admin.platform, name="platform"),
+    path("platform/clusters/new/", admin.new_cluster, name="new-cluster"),
+    path("platform/teams/new/", admin.new_team, name="new-team"),
+    path("platform/kueue/<slug:kind>/new/", admin.new_kueue_object, name="new-kueue-object"),
+]
