@@ -54,7 +54,7 @@ def explain(row: Workload, now: datetime) -> dict[str, Any]:
         return report
     view = _View(snap, ClusterState(snap.snapshot), cq, _scheduler_workload(row, cq.name))
     if row.phase in Workload.HOLDING_QUOTA:
-        report["quota"] = view.quota_rows(view.workload.usage())
+        report["quota"] = view.quota_rows(view.workload.usage(), held=True)
         report["summary"] = _summary_holding(row, cq.name)
         return report
     report.update(view.pending_report())
@@ -227,8 +227,11 @@ class _View:
     def node(self) -> NodeKey:
         return self.state.tree.cq(self.cq.name)
 
-    def quota_rows(self, requested: Mapping[FlavorResource, int]) -> list[dict[str, Any]]:
-        return [self._quota_row(fr, amount) for fr, amount in requested.items()]
+    def quota_rows(
+        self, requested: Mapping[FlavorResource, int], *, held: bool = False
+    ) -> list[dict[str, Any]]:
+        """`held`: the workload holds `requested` already, so `used` includes it."""
+        return [self._quota_row(fr, amount, held) for fr, amount in requested.items()]
 
     def candidate_requests(self) -> dict[FlavorResource, int]:
         """Its total request of each resource in every flavor that could cover it."""
@@ -241,7 +244,7 @@ class _View:
             if resource in totals
         }
 
-    def _quota_row(self, fr: FlavorResource, requested: int) -> dict[str, Any]:
+    def _quota_row(self, fr: FlavorResource, requested: int, held: bool) -> dict[str, Any]:
         tree, node = self.state.tree, self.node
         flavor, resource = fr
         nominal, used, available = (
@@ -253,7 +256,7 @@ class _View:
         borrowable = max(0, available - max(0, nominal - used))
         quota = _resource_quota(self.cq, fr)
         limit = quota.borrowing_limit if quota else None
-        fits = requested <= available
+        fits = held or requested <= available
 
         def q(milli: int) -> str:
             return format_quantity(resource, milli)
@@ -270,8 +273,13 @@ class _View:
             "available": q(available),
             "max_available": q(tree.potential_available(node, fr)),
             "fits": fits,
-            "arithmetic": f"requested {q(requested)} {'<=' if fits else '>'} available "
-            f"{q(available)} (nominal {q(nominal)}, used {q(used)}, borrowable {q(borrowable)})",
+            "arithmetic": (
+                f"holds {q(requested)} of used {q(used)} (nominal {q(nominal)}, "
+                f"available {q(available)})"
+                if held
+                else f"requested {q(requested)} {'<=' if fits else '>'} available "
+                f"{q(available)} (nominal {q(nominal)}, used {q(used)}, borrowable {q(borrowable)})"
+            ),
             "cohorts": [self._cohort_row(key, fr) for key in tree.ancestors(node)],
         }
 

@@ -165,6 +165,7 @@ def test_an_admitted_tgi_pod_reports_its_assignment_and_the_quota_it_holds(clust
     assert report["assignment"]["pod_sets"][0]["flavors"]["nvidia.com/gpu"] == "default-flavor"
     gpu = quota_row(report, "nvidia.com/gpu", "default-flavor")
     assert (gpu["requested"], gpu["used"], gpu["available"]) == ("2", "2", "4")
+    assert gpu["arithmetic"] == "holds 2 of used 2 (nominal 6, available 4)"
     assert report["blockers"] == []
     assert report["summary"] == "Admitted in ClusterQueue cluster-queue with flavor default-flavor"
 
