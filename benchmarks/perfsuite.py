@@ -11,6 +11,7 @@ workload classes and calls `main`.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -35,8 +36,9 @@ from django.core.management import call_command  # noqa: E402
 from django.db import transaction  # noqa: E402
 
 from clusters.models import Cluster  # noqa: E402
+from events.models import Event  # noqa: E402
 from workloads import runtime, services  # noqa: E402
-from workloads.models import Workload  # noqa: E402
+from workloads.models import Pod, Workload  # noqa: E402
 from workloads.quantities import parse_quantity  # noqa: E402
 
 COHORTS, QUEUES_PER_COHORT = 5, 6
@@ -187,12 +189,15 @@ def arrivals(suite: Suite, tick_ms: int, scale: float) -> list[dict[str, Any]]:
 
 def finish_due(cluster: Cluster, now: datetime, runtimes: dict[str, int]) -> int:
     admitted = Workload.objects.filter(cluster=cluster, phase=Workload.Phase.ADMITTED)
-    due = [
-        row
-        for row in admitted.select_related("owner", "cluster")
-        if row.admitted_at is not None
-        and row.admitted_at + timedelta(milliseconds=runtimes[row.owner.name.split("-")[0]]) <= now
+    due_ids = [
+        pk
+        for pk, admitted_at, owner in admitted.values_list("pk", "admitted_at", "owner__name")
+        if admitted_at is not None
+        and admitted_at + timedelta(milliseconds=runtimes[owner.split("-")[0]]) <= now
     ]
+    if not due_ids:
+        return 0
+    due = list(Workload.objects.filter(pk__in=due_ids).select_related("owner", "cluster"))
     with transaction.atomic():
         runtime.finish(due, now, Workload.Phase.FINISHED)
     return len(due)
@@ -201,6 +206,11 @@ def finish_due(cluster: Cluster, now: datetime, runtimes: dict[str, int]) -> int
 def main(suite: Suite, doc: str) -> None:
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the workloads")
+    parser.add_argument(
+        "--fingerprint",
+        action="store_true",
+        help="also print a digest of the final workloads, pods and events (to compare runs)",
+    )
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     cluster = Cluster.objects.create(name="perf", status=Cluster.Status.RUNNING)
@@ -221,6 +231,42 @@ def main(suite: Suite, doc: str) -> None:
             services.apply(cluster, json.dumps(docs), source=f"tick-{tick}", now=now, admit=False)
         runtime.settle(cluster, now, max_admissions=ADMISSIONS_PER_TICK)
     report(suite, cluster, time.perf_counter() - started, tick, total)
+    if args.fingerprint:
+        print(f"fingerprint            {fingerprint(cluster)}")
+
+
+def fingerprint(cluster: Cluster) -> str:
+    """A digest of everything the run decided: workloads, pods (with their nodes) and events."""
+    digest = hashlib.sha256()
+    tables = (
+        Workload.objects.filter(cluster=cluster)
+        .order_by("pk")
+        .values_list(
+            "name",
+            "phase",
+            "admission",
+            "quota_reserved_at",
+            "admitted_at",
+            "finished_at",
+            "pending_reason",
+            "pending_message",
+            "parked",
+            "preempting",
+            "evicting",
+            "admissions",
+            "preemptions",
+            "start_step",
+            "training_started_at",
+        ),
+        Pod.objects.filter(cluster=cluster)
+        .order_by("pk")
+        .values_list("name", "phase", "node__name", "bound_at", "ready_at", "ready", "scheduling"),
+        Event.objects.order_by("pk").values_list("at", "kind", "object_key", "message", "data"),
+    )
+    for rows in tables:
+        for row in rows:
+            digest.update(json.dumps(row, default=str, sort_keys=True).encode())
+    return digest.hexdigest()[:16]
 
 
 def _mean_wait_ms(rows: Sequence[Workload], prefix: str) -> float:

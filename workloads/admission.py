@@ -138,14 +138,17 @@ class _Writer:
             )
 
     def _mark_pending(self, pending: Iterable[scheduler.Pending]) -> None:
-        changed = self.snap.pending_changes(pending)
+        # Many workloads share a state (the same reason and message): one UPDATE per state.
+        by_state: dict[tuple[str, str, bool], list[int]] = {}
+        for pk, state in self.snap.pending_changes(pending).items():
+            by_state.setdefault(state, []).append(pk)
         waiting = scheduler.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
-        for pk, (reason, message, parked) in changed.items():
+        for (reason, message, parked), pks in by_state.items():
             fields = {"pending_reason": reason, "pending_message": message, "parked": parked}
             if reason == waiting:
                 # Its victims (perhaps another entry's) are stopping: it keeps the queue head.
                 fields["preempting"] = True
-            Workload.objects.filter(pk=pk).update(**fields)
+            Workload.objects.filter(pk__in=pks).update(**fields)
 
 
 def _latest_checkpoints(owner_ids: set[int]) -> dict[int, int]:

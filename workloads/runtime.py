@@ -19,10 +19,11 @@ from django.utils import timezone
 import scheduler
 from clusters.models import Cluster, Node
 from events.services import record_events
+from scheduler.topology import HOSTNAME
 from workloads import admission, pods, slicing
 from workloads.history import workload_event, workload_event_row
 from workloads.models import Checkpoint, Pod, Workload
-from workloads.snapshot import affinity, node, toleration
+from workloads.snapshot import affinity, cluster_nodes, toleration
 
 MAX_ROUNDS = 100
 TRAINING_KINDS = ("Job", "JobSet")
@@ -153,37 +154,58 @@ def _promote_checked(cluster: Cluster, now: datetime) -> bool:
 
 
 def _bind_pods(cluster: Cluster, now: datetime) -> bool:
-    nodes = {n.name: n for n in Node.objects.filter(cluster=cluster, ready=True)}
-    if not nodes:
+    if not Node.objects.filter(cluster=cluster, ready=True).exists():
         return False
     waiting = list(
         Pod.objects.filter(cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=True)
         .select_related("owner")
+        .only("name", "scheduling", "created_at", "owner", "owner__simulation")
         .order_by("created_at", "name")
     )
     if not waiting:
         return False
-    used: dict[str, dict[str, int]] = defaultdict(dict)
-    for pod in Pod.objects.filter(cluster=cluster, node__isnull=False).select_related("node"):
-        assert pod.node is not None
-        node_used = used[pod.node.name]
-        for resource, amount in pod.scheduling["requests"].items():
-            node_used[resource] = node_used.get(resource, 0) + amount
-        node_used["pods"] = node_used.get("pods", 0) + 1000
+    fleet = cluster_nodes(cluster.pk)
+    nodes = [n for n in fleet.nodes if n.ready]
     candidates = [_pod(p) for p in waiting]
+    nodes = _reachable(nodes, candidates)
     owners = exclusive_owners(cluster) if any(p.exclusive for p in candidates) else None
-    bindings = scheduler.place([node(n) for n in nodes.values()], used, candidates, owners)
-    bound = False
+    bindings = scheduler.place(nodes, _node_usage(cluster, nodes, fleet.ids), candidates, owners)
+    # One UPDATE per node and startup time (bulk_update's CASE costs more to build).
+    bound: dict[tuple[int, datetime], list[int]] = defaultdict(list)
     for pod in waiting:
         target = bindings.get(pod.name)
-        if target is None:
-            continue
-        pod.node = nodes[target]
-        pod.bound_at = now
-        pod.ready_at = now + timedelta(seconds=pod.owner.simulation.get("startup", 30))
-        pod.save(update_fields=["node", "bound_at", "ready_at"])
-        bound = True
-    return bound
+        if target is not None:
+            ready_at = now + timedelta(seconds=pod.owner.simulation.get("startup", 30))
+            bound[(fleet.ids[target], ready_at)].append(pod.pk)
+    for (node_id, ready_at), pks in bound.items():
+        Pod.objects.filter(pk__in=pks).update(node_id=node_id, bound_at=now, ready_at=ready_at)
+    return bool(bound)
+
+
+def _reachable(nodes: list[scheduler.Node], pods: Sequence[scheduler.Pod]) -> list[scheduler.Node]:
+    """The nodes any of the pods could go to. When every pod's node selector names a host (a
+    TAS assignment pins each pod to its leaf domain), only those hosts: no other node matches
+    any of the pods, so placing over them alone binds exactly as placing over all."""
+    hosts = {p.node_selector.get(HOSTNAME) for p in pods}
+    if None in hosts:
+        return nodes
+    return [n for n in nodes if n.labels.get(HOSTNAME) in hosts]
+
+
+def _node_usage(
+    cluster: Cluster, nodes: Sequence[scheduler.Node], ids: Mapping[str, int]
+) -> dict[str, dict[str, int]]:
+    """Node name -> what the pods bound to it request (each pod also 1000 `pods`)."""
+    bound = Pod.objects.filter(cluster=cluster, node__isnull=False)
+    if len(nodes) < len(ids):
+        bound = bound.filter(node_id__in=[ids[n.name] for n in nodes])
+    used: dict[str, dict[str, int]] = defaultdict(dict)
+    for name, requests in bound.values_list("node__name", "scheduling__requests"):
+        node_used = used[name]
+        for resource, amount in requests.items():
+            node_used[resource] = node_used.get(resource, 0) + amount
+        node_used["pods"] = node_used.get("pods", 0) + 1000
+    return used
 
 
 def _pod(pod: Pod) -> scheduler.Pod:
@@ -223,17 +245,25 @@ def _ready_pods(cluster: Cluster, now: datetime) -> bool:
 
 def _training_rows(cluster: Cluster, *, started: bool) -> list[Workload]:
     """Admitted training workloads, with their latest checkpoint step (`last_checkpoint`)."""
-    rows = (
+    rows = list(
         Workload.objects.filter(
             cluster=cluster,
             phase=Workload.Phase.ADMITTED,
             owner__kind__in=TRAINING_KINDS,
             training_started_at__isnull=not started,
-        )
-        .select_related("owner", "cluster")
-        .annotate(last_checkpoint=Max("owner__checkpoints__step"))
+        ).select_related("owner", "cluster")
     )
-    return list(rows)
+    if rows:
+        # A second query only when there are rows: grouping every column is costly to build.
+        latest = dict(
+            Checkpoint.objects.filter(owner_id__in={row.owner_id for row in rows})
+            .values("owner_id")
+            .annotate(step=Max("step"))
+            .values_list("owner_id", "step")
+        )
+        for row in rows:
+            row.last_checkpoint = latest.get(row.owner_id)  # type: ignore[attr-defined]
+    return rows
 
 
 def _last_checkpoint(row: Workload) -> int:

@@ -162,6 +162,8 @@ def activate(cluster: Cluster, now: datetime) -> bool:
 def release(rows: Iterable[Workload], now: datetime) -> None:
     """The workloads were evicted or ended: the controller deletes their slices."""
     by_pk = {row.pk: row for row in rows}
+    if not by_pk:
+        return
     slices = list(Slice.objects.filter(workload_id__in=by_pk))
     if not slices:
         return

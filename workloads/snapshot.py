@@ -335,9 +335,59 @@ def _with_topology(cluster: Cluster, snapshot: s.Snapshot, tas_ids: set[int]) ->
     return replace(
         snapshot,
         topologies=topologies,
-        nodes=tuple(node(row) for row in Node.objects.filter(cluster=cluster)),
+        nodes=cluster_nodes(cluster.pk).nodes,
         non_tas_usage=non_tas_usage(cluster, tas_ids),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterNodes:
+    nodes: tuple[s.Node, ...]
+    """Every node of the cluster, by name."""
+    ids: dict[str, int]
+    """Node primary keys by name."""
+
+
+_NODE_COLUMNS = ("pk", "name", "labels_text", "taints_text", "allocatable_text", "ready")
+_NodeRow = tuple[int, str, str, str, str, bool]
+_nodes_seen: dict[int, tuple[tuple[_NodeRow, ...], ClusterNodes]] = {}
+
+
+def cluster_nodes(cluster_id: int) -> ClusterNodes:
+    """The cluster's nodes as the scheduler sees them, in one query.
+
+    The rows are read as text and compared with the ones this process converted last time,
+    so an unchanged fleet (the usual case, every tick) costs no JSON decoding and yields the
+    very same objects. The key is the rows themselves, read from the database every call:
+    any process's change to any node shows at once."""
+    rows = tuple(
+        Node.objects.filter(cluster_id=cluster_id)
+        .annotate(
+            labels_text=Cast("labels", TextField()),
+            taints_text=Cast("taints", TextField()),
+            allocatable_text=Cast("allocatable", TextField()),
+        )
+        .order_by("name")
+        .values_list(*_NODE_COLUMNS)
+    )
+    seen = _nodes_seen.get(cluster_id)
+    if seen is not None and seen[0] == rows:
+        return seen[1]
+    result = ClusterNodes(
+        nodes=tuple(
+            s.Node(
+                name=name,
+                labels=json.loads(labels),
+                taints=tuple(taint(t) for t in json.loads(taints)),
+                allocatable=json.loads(allocatable),
+                ready=ready,
+            )
+            for _, name, labels, taints, allocatable, ready in rows
+        ),
+        ids={name: pk for pk, name, *_ in rows},
+    )
+    _nodes_seen[cluster_id] = (rows, result)
+    return result
 
 
 def _tas_workload_ids(workloads: Iterable[s.Workload], ids: Mapping[str, int]) -> set[int]:
@@ -352,12 +402,16 @@ def non_tas_usage(cluster: Cluster, tas_ids: set[int]) -> dict[str, dict[str, in
     """Node name -> what bound pods of workloads without a topology assignment take (TAS
     accounts its own workloads from their assignments), each pod also 1000 `pods`."""
     usage: dict[str, dict[str, int]] = {}
-    bound = Pod.objects.filter(cluster=cluster, node__isnull=False).values_list(
-        "node__name", "workload_id", "scheduling"
+    # As text: only the pods counted here are decoded (TAS pods are most of a TAS cluster's).
+    bound = (
+        Pod.objects.filter(cluster=cluster, node__isnull=False)
+        .annotate(scheduling_text=Cast("scheduling", TextField()))
+        .values_list("node__name", "workload_id", "scheduling_text")
     )
-    for name, workload_id, spec in bound:
+    for name, workload_id, text in bound:
         if workload_id in tas_ids:
             continue
+        spec = json.loads(text)
         used = usage.setdefault(name, {})
         for resource, amount in {**spec.get("requests", {}), "pods": POD}.items():
             used[resource] = used.get(resource, 0) + amount
