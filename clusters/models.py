@@ -39,6 +39,11 @@ class Cluster(models.Model):
         max_length=64, default="e2-standard-4", help_text="default node pool of a Standard cluster"
     )
     system_node_count = models.PositiveIntegerField(default=1, help_text="per zone")
+    # The Kubernetes API of a real cluster: an uploaded kubeconfig wins over endpoint + CA
+    # (which GKE reports; the token then comes from the worker's Google credentials).
+    endpoint = models.CharField(max_length=255, blank=True, help_text="host or https:// URL")
+    ca_certificate = models.TextField(blank=True, help_text="base64 PEM, as GKE reports it")
+    kubeconfig = models.TextField(blank=True, help_text="uploaded; may hold credentials")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     status_message = models.TextField(blank=True)
     # GKE operation (or, for an adopted object, resource) names are long.

@@ -327,3 +327,40 @@ class Slice(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class KubeWatch(models.Model):
+    """Where the watch of one resource on a real cluster resumes after a disconnect."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    resource = models.CharField(
+        max_length=128, help_text="plural.group, e.g. workloads.kueue.x-k8s.io"
+    )
+    resource_version = models.CharField(max_length=64, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "resource"], name="unique_kube_watch")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.resource}@{self.resource_version}"
+
+
+class KueueWorkloadLink(models.Model):
+    """A Kueue Workload object on a real cluster, bound to the Workload row it stands for."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    uid = models.CharField(max_length=64)
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="kueue_links")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "uid"], name="unique_kueue_workload_uid")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"

@@ -1,4 +1,4 @@
-"""The fake GKE API on a free local port, and the real client pointed at it."""
+"""The fake GKE and Kubernetes APIs on free local ports, and the real GKE client."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 
 from clusters.providers.gke import GkeProvider
 from tests.contract.fake_gke import FakeGke
+from tests.contract.fake_kube import FakeKube
 
 
 @pytest.fixture
@@ -17,3 +18,9 @@ def fake_gke():
 @pytest.fixture
 def gke(fake_gke):
     return GkeProvider(api_endpoint=fake_gke.url)
+
+
+@pytest.fixture
+def fake_kube():
+    with FakeKube() as fake:
+        yield fake

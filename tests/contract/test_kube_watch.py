@@ -1,0 +1,445 @@
+"""Kueue Workload objects -> rows and events: ingest, and watch sessions against the fake."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from clusters.models import Cluster
+from events.models import Event
+from tests.shared import GPU_SEED, GPU_SEED_FILES, GPU_SEED_PLACEHOLDERS, requires_shared
+from tests.support import GPU_QUEUES, NAMESPACE, at, deployment, job
+from workloads import services, tasks
+from workloads.kube import apply as kube
+from workloads.kube import checkpoints, watch
+from workloads.kube.client import from_endpoint
+from workloads.kube.ingest import ingest
+from workloads.manifests import load_documents
+from workloads.models import Checkpoint, KubeWatch, Workload
+
+FINETUNE_UID = "uid-finetune"
+INFERENCE_UID = "uid-inference"
+PREEMPTED_MESSAGE = (
+    f"Preempted to accommodate a workload (UID: {INFERENCE_UID}, JobUID: job-uid) "
+    "due to prioritization in the ClusterQueue"
+)
+_seconds = itertools.count(1)
+
+
+def stamp() -> str:
+    """The next instant on the test clock, as Kubernetes writes times."""
+    return (at() + timedelta(seconds=next(_seconds))).isoformat().replace("+00:00", "Z")
+
+
+def kueue_workload(
+    name: str, uid: str, owner: tuple[str, str], **conditions: tuple[str, str]
+) -> dict[str, Any]:
+    """A Kueue Workload object as Kueue writes it; conditions are type -> (status, reason)."""
+    when = stamp()
+    status: dict[str, Any] = {
+        "conditions": [
+            {
+                "type": kind,
+                "status": state,
+                "reason": reason,
+                "message": PREEMPTED_MESSAGE if kind == "Evicted" else "",
+                "lastTransitionTime": when,
+            }
+            for kind, (state, reason) in conditions.items()
+        ]
+    }
+    if conditions.get("QuotaReserved", ("False", ""))[0] == "True":
+        status["admission"] = {
+            "clusterQueue": "gpu-queue",
+            "podSetAssignments": [
+                {"name": "main", "flavors": {"nvidia.com/gpu": "l4", "cpu": "l4"}, "count": 2}
+            ],
+        }
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": uid,
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": owner[0], "name": owner[1], "controller": True}
+            ],
+        },
+        "spec": {"queueName": "team-llm"},
+        "status": status,
+    }
+
+
+RESERVED = ("True", "QuotaReserved")
+ADMITTED = ("True", "Admitted")
+
+
+def finetune(**conditions: tuple[str, str]) -> dict[str, Any]:
+    return kueue_workload("job-finetune-7f3a2", FINETUNE_UID, ("Job", "finetune"), **conditions)
+
+
+def inference(**conditions: tuple[str, str]) -> dict[str, Any]:
+    pod = ("Pod", "inference-5d8f9c7b6-x2x9k")
+    return kueue_workload("pod-inference-5d8f9c7b6-x2x9k-1a2b3", INFERENCE_UID, pod, **conditions)
+
+
+def admitted_finetune() -> dict[str, Any]:
+    return finetune(QuotaReserved=RESERVED, Admitted=ADMITTED)
+
+
+def preempted_finetune(released: bool) -> dict[str, Any]:
+    """Kueue preempted it; once its pods are gone it releases the quota and requeues it."""
+    if released:
+        return finetune(
+            QuotaReserved=("False", "Pending"),
+            Admitted=("False", "NoReservation"),
+            Evicted=("True", "Preempted"),
+            Preempted=("True", "InClusterQueue"),
+            Requeued=("True", "Preempted"),
+        )
+    return finetune(
+        QuotaReserved=RESERVED,
+        Admitted=ADMITTED,
+        Evicted=("True", "Preempted"),
+        Preempted=("True", "InClusterQueue"),
+    )
+
+
+@pytest.fixture
+def cluster(db, fake_kube):
+    cluster = Cluster.objects.create(
+        name="llm-cluster",
+        provider="gke",
+        project="acme-ml",
+        status=Cluster.Status.RUNNING,
+        endpoint=fake_kube.url,
+    )
+    for text in (GPU_QUEUES, job(), deployment()):
+        services.apply(cluster, text, source="t.yaml", now=at(), namespace=NAMESPACE, admit=False)
+    return cluster
+
+
+@pytest.fixture
+def api(fake_kube):
+    with from_endpoint(fake_kube.url) as api:
+        yield api
+
+
+def kinds(workload: Workload) -> list[str]:
+    events = Event.objects.filter(workload_name=workload.name).order_by("id")
+    return [e.kind for e in events if e.kind != "workload.submitted"]
+
+
+def finetune_row() -> Workload:
+    return Workload.objects.get(owner__name="finetune")
+
+
+def test_a_preempted_training_job_goes_through_the_simulators_events(cluster):
+    ingest(cluster, inference(QuotaReserved=RESERVED, Admitted=ADMITTED), at())
+    for obj in (admitted_finetune(), preempted_finetune(False), preempted_finetune(True)):
+        ingest(cluster, obj, at())
+    checkpoints.record_from_log(
+        finetune_row(), ["[INFO] Saving model checkpoint to /data/out/checkpoint-120"], at()
+    )
+    ingest(cluster, admitted_finetune(), at())
+    ingest(cluster, finetune(QuotaReserved=RESERVED, Finished=("True", "Succeeded")), at())
+
+    row = finetune_row()
+    assert kinds(row) == [
+        "workload.quota_reserved",
+        "workload.admitted",
+        "workload.preempted",
+        "workload.evicted",
+        "workload.requeued",
+        "checkpoint.saved",
+        "workload.quota_reserved",
+        "workload.admitted",
+        "workload.resumed",
+        "workload.finished",
+    ]
+    preempted = Event.objects.get(workload_name=row.name, kind="workload.preempted")
+    inference_row = Workload.objects.get(owner__name="inference")
+    assert preempted.data == {
+        "reason": "InClusterQueue",
+        "preemptor": inference_row.name,
+        "preemptor_object": "Deployment/llm/inference",
+    }
+    reserved = Event.objects.filter(workload_name=row.name, kind="workload.quota_reserved").first()
+    assert reserved.data == {"cluster_queue": "gpu-queue", "flavor": "l4"}
+    resumed = Event.objects.get(workload_name=row.name, kind="workload.resumed")
+    assert resumed.data == {"step": 120}
+    assert (row.phase, row.admissions, row.preemptions) == ("Finished", 2, 1)
+    assert row.owner.preemptions == 1
+
+
+def test_an_object_seen_twice_emits_nothing_new(cluster):
+    for obj in (admitted_finetune(), preempted_finetune(False)):
+        assert ingest(cluster, obj, at())
+        assert ingest(cluster, obj, at()) == []
+
+
+def test_an_eviction_other_than_preemption_shows_when_the_quota_is_released(cluster):
+    timeout = ("True", "PodsReadyTimeout")
+    ingest(cluster, admitted_finetune(), at())
+
+    assert ingest(cluster, finetune(QuotaReserved=RESERVED, Evicted=timeout), at()) == []
+    ingest(cluster, finetune(QuotaReserved=("False", "Pending"), Evicted=timeout), at())
+
+    evicted = Event.objects.get(workload_name=finetune_row().name, kind="workload.evicted")
+    assert evicted.data == {"reason": "PodsReadyTimeout"}
+    assert kinds(finetune_row())[-2:] == ["workload.admitted", "workload.evicted"]
+
+
+def test_the_first_sighting_binds_the_row_and_sets_its_admission(cluster):
+    ingest(cluster, finetune(QuotaReserved=RESERVED), at())
+
+    row = finetune_row()
+    assert row.phase == "QuotaReserved"
+    assert row.admission == {
+        "cluster_queue": "gpu-queue",
+        "pod_sets": [
+            {"name": "main", "flavors": {"nvidia.com/gpu": "l4", "cpu": "l4"}, "count": 2}
+        ],
+    }
+    assert [link.name for link in row.kueue_links.all()] == ["job-finetune-7f3a2"]
+
+
+def test_workloads_accelplane_did_not_submit_are_left_alone(cluster):
+    other = kueue_workload("job-other-1", "uid-other", ("Job", "other"), QuotaReserved=RESERVED)
+
+    assert ingest(cluster, other, at()) == []
+
+
+def test_checkpoint_lines_older_than_the_latest_are_not_recorded(cluster):
+    ingest(cluster, admitted_finetune(), at())
+    row = finetune_row()
+    log = [
+        "Saving model checkpoint to /data/out/checkpoint-100",
+        "Saving current state to /data/out/checkpoint-200",
+    ]
+
+    checkpoints.record_from_log(row, log, at())
+    checkpoints.record_from_log(row, log, at())
+
+    assert list(Checkpoint.objects.values_list("step", "path")) == [
+        (100, "/data/out/checkpoint-100"),
+        (200, "/data/out/checkpoint-200"),
+    ]
+
+
+# Watch sessions against the fake apiserver.
+
+
+def session(cluster: Cluster, api) -> watch.Session:
+    return watch.watch_workloads(cluster, api, timeout_seconds=1)
+
+
+def stored_version(cluster: Cluster) -> str:
+    return KubeWatch.objects.get(cluster=cluster).resource_version
+
+
+def test_the_first_session_lists_then_watches_and_stores_the_version(cluster, api, fake_kube):
+    fake_kube.put(admitted_finetune())
+
+    first = session(cluster, api)
+
+    assert (first.relisted, first.events) == (True, 2)
+    list_call, watch_call = fake_kube.requests("GET")
+    assert list_call.path == watch_call.path == "/apis/kueue.x-k8s.io/v1beta2/workloads"
+    assert watch_call.query["watch"] == "true"
+    assert watch_call.query["resourceVersion"] == str(fake_kube.resource_version)
+    assert stored_version(cluster) == str(fake_kube.resource_version)  # the closing BOOKMARK
+
+
+def test_a_dropped_watch_resumes_from_the_stored_version_without_duplicates(
+    cluster, api, fake_kube
+):
+    fake_kube.put(admitted_finetune())
+    session(cluster, api)
+    fake_kube.put(preempted_finetune(False))
+    cut_after = fake_kube.resource_version
+    fake_kube.put(preempted_finetune(True))
+    fake_kube.drop_next_watch(after=1)
+
+    dropped = session(cluster, api)
+    resumed = session(cluster, api)
+
+    assert (dropped.disconnected, dropped.events, dropped.resource_version) == (
+        True,
+        1,
+        str(cut_after),
+    )
+    assert fake_kube.requests("GET")[-1].query["resourceVersion"] == str(cut_after)
+    assert (resumed.disconnected, resumed.relisted, resumed.events) == (False, False, 2)
+    assert kinds(finetune_row()) == [
+        "workload.quota_reserved",
+        "workload.admitted",
+        "workload.preempted",
+        "workload.evicted",
+        "workload.requeued",
+    ]
+
+
+def test_an_expired_version_relists(cluster, api, fake_kube):
+    session(cluster, api)
+    fake_kube.put(admitted_finetune())
+    fake_kube.compact()  # the version the first session stored is gone
+
+    expired = session(cluster, api)
+
+    assert (expired.relisted, expired.events) == (True, 2)
+    assert stored_version(cluster) == str(fake_kube.resource_version)
+    assert kinds(finetune_row()) == ["workload.quota_reserved", "workload.admitted"]
+
+
+def test_the_watch_task_runs_a_session_and_stops_for_clusters_it_cannot_reach(
+    cluster, fake_kube, settings
+):
+    fake_kube.put(admitted_finetune())
+
+    assert watch.run_session(cluster.pk, timeout_seconds=1) == 0
+    assert finetune_row().phase == "Admitted"
+    Cluster.objects.filter(pk=cluster.pk).update(endpoint="")
+    assert watch.run_session(cluster.pk, timeout_seconds=1) is None
+
+
+@requires_shared
+def test_the_gpu_seed_workflow_runs_through_the_kubernetes_backend(db, fake_kube, api):
+    cluster = Cluster.objects.create(
+        name="gpu", provider="gke", project="p", status="RUNNING", endpoint=fake_kube.url
+    )
+    for name in (*GPU_SEED_FILES, "fine-tune-l4.yaml", "tgi-gemma-2-9b-it-hp.yaml"):
+        text = (GPU_SEED / name).read_text()
+        options = {"namespace": "llm", "substitutions": GPU_SEED_PLACEHOLDERS}
+        services.apply(cluster, text, source=name, now=at(), admit=False, **options)
+        for doc in load_documents(
+            text, source=name, default_namespace="llm", substitutions=GPU_SEED_PLACEHOLDERS
+        ):
+            kube.apply(api, doc.body, namespace="llm")
+    assert len(fake_kube.requests("PATCH")) == 10
+    # Kueue on the cluster: admits the fine-tune, then the TGI pod preempts it.
+    job_owner = ("Job", "finetune-gemma-l4")
+    pod_owner = ("Pod", "tgi-gemma-deployment-6c9f8d7b5-abcde")
+    fake_kube.put(
+        kueue_workload(
+            "job-finetune-gemma-l4-1",
+            "uid-ft",
+            job_owner,
+            QuotaReserved=RESERVED,
+            Admitted=ADMITTED,
+        )
+    )
+    watch.run_session(cluster.pk, timeout_seconds=1)
+    fake_kube.put(
+        kueue_workload(
+            "pod-tgi-1", INFERENCE_UID, pod_owner, QuotaReserved=RESERVED, Admitted=ADMITTED
+        )
+    )
+    fake_kube.put(
+        kueue_workload(
+            "job-finetune-gemma-l4-1",
+            "uid-ft",
+            job_owner,
+            QuotaReserved=("False", "Pending"),
+            Evicted=("True", "Preempted"),
+            Preempted=("True", "InClusterQueue"),
+            Requeued=("True", "Preempted"),
+        )
+    )
+
+    watch.run_session(cluster.pk, timeout_seconds=1)
+
+    events = (
+        Event.objects.filter(cluster="gpu", kind__startswith="workload.")
+        .exclude(kind="workload.submitted")
+        .order_by("id")
+    )
+    assert [(e.kind, e.object_key) for e in events] == [
+        ("workload.quota_reserved", "Job/llm/finetune-gemma-l4"),
+        ("workload.admitted", "Job/llm/finetune-gemma-l4"),
+        ("workload.quota_reserved", "Deployment/llm/tgi-gemma-deployment"),
+        ("workload.admitted", "Deployment/llm/tgi-gemma-deployment"),
+        ("workload.preempted", "Job/llm/finetune-gemma-l4"),
+        ("workload.evicted", "Job/llm/finetune-gemma-l4"),
+        ("workload.requeued", "Job/llm/finetune-gemma-l4"),
+    ]
+    assert events.get(kind="workload.preempted").data["preemptor_object"] == (
+        "Deployment/llm/tgi-gemma-deployment"
+    )
+
+
+def test_a_replacement_pods_workload_binds_the_same_replica_after_a_delete(cluster, api, fake_kube):
+    pod = ("Pod", "inference-5d8f9c7b6-x2x9k")
+    first = kueue_workload(
+        "pod-inference-a", "uid-a", pod, QuotaReserved=RESERVED, Admitted=ADMITTED
+    )
+    fake_kube.put(first)
+    session(cluster, api)
+    # Kueue preempts the pod: evicted, quota released, not requeued; the pod and its Workload go.
+    fake_kube.put(
+        kueue_workload(
+            "pod-inference-a",
+            "uid-a",
+            pod,
+            QuotaReserved=("False", "Pending"),
+            Evicted=("True", "Preempted"),
+            Requeued=("False", "Preempted"),
+        )
+    )
+    kube.delete(api, kube.ObjectRef.of_manifest(first))
+    replacement = ("Pod", "inference-5d8f9c7b6-q7w8e")
+    fake_kube.put(
+        kueue_workload(
+            "pod-inference-b", "uid-b", replacement, QuotaReserved=RESERVED, Admitted=ADMITTED
+        )
+    )
+
+    session(cluster, api)
+
+    row = Workload.objects.get(owner__name="inference")
+    assert kinds(row) == [
+        "workload.quota_reserved",
+        "workload.admitted",
+        "workload.preempted",
+        "workload.evicted",
+        "workload.quota_reserved",
+        "workload.admitted",
+    ]
+    assert [link.uid for link in row.kueue_links.all()] == ["uid-b"]
+
+
+@pytest.mark.parametrize(
+    ("delay", "next_sessions"), [(0, [((7,), 0)]), (5.0, [((7,), 5.0)]), (None, [])]
+)
+def test_the_watch_task_queues_the_next_session_until_the_cluster_is_not_watched(
+    monkeypatch, delay, next_sessions
+):
+    queued = []
+    monkeypatch.setattr(watch, "run_session", lambda cluster_id: delay)
+    task = tasks.watch_kueue_workloads
+    monkeypatch.setattr(
+        task, "apply_async", lambda args, countdown: queued.append((args, countdown))
+    )
+
+    task.run(7)
+
+    assert queued == next_sessions
+
+
+def test_an_eager_watch_task_runs_one_session(monkeypatch):
+    sessions = []
+    monkeypatch.setattr(watch, "run_session", lambda cluster_id: sessions.append(cluster_id) or 0)
+
+    tasks.watch_kueue_workloads.apply(args=(7,))
+
+    assert sessions == [7]
+
+
+def test_an_unreachable_apiserver_retries_the_session_later(cluster):
+    Cluster.objects.filter(pk=cluster.pk).update(endpoint="http://127.0.0.1:9")
+
+    assert watch.run_session(cluster.pk, timeout_seconds=1) == watch.RETRY_SECONDS
