@@ -208,7 +208,12 @@ class Workload(models.Model):
                 fields=["cluster", "namespace", "name"], name="unique_workload_name"
             )
         ]
-        indexes = [models.Index(fields=["cluster", "phase"])]
+        # Every simulator step asks for the evicting and the parked workloads of a cluster.
+        indexes = [
+            models.Index(fields=["cluster", "phase"]),
+            models.Index(fields=["cluster", "evicting"]),
+            models.Index(fields=["cluster", "parked"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -282,6 +287,8 @@ class Pod(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "namespace", "name"], name="unique_pod")
         ]
+        # Binding and readiness look for a cluster's pods by phase and whether they have a node.
+        indexes = [models.Index(fields=["cluster", "phase", "node"])]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
