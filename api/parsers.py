@@ -7,6 +7,7 @@ from typing import IO, Any
 from django.conf import settings
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
 
 
 class PayloadTooLarge(APIException):
@@ -51,3 +52,8 @@ class TextManifestParser(ManifestParser):
 
 
 MANIFEST_PARSERS = [ManifestParser, TextManifestParser, JsonManifestParser]
+
+
+def manifest_text(request: Request) -> str:
+    """The manifests a view with MANIFEST_PARSERS received ("" for an empty body)."""
+    return request.data if isinstance(request.data, str) else ""

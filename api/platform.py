@@ -21,14 +21,15 @@ from rest_framework.views import APIView
 from api import serializers as s
 from api.audit import audit
 from api.common import Conflict, IsAdminOrReadOnly, cluster_from, now, scope, signed_in
-from api.parsers import MANIFEST_PARSERS
+from api.parsers import MANIFEST_PARSERS, manifest_text
 from api.workloads import CLUSTER_PARAM, MANIFEST_BODY
 from clusters import services as cluster_services
 from clusters.models import Cluster, NodePool
 from teams import services as team_services
 from teams.models import ApiToken, Team
 from workloads import services
-from workloads.manifests import Document, ManifestError, render
+from workloads.manifests import Document, render
+from workloads.manifests.fields import Fields
 from workloads.models import QUEUE_MODELS, ClusterQueue, QueueObject
 from workloads.status import cluster_queue_usage
 
@@ -156,12 +157,11 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
         return row
 
     def _show(self, row: Any) -> dict[str, Any]:
-        namespace = row.namespace if self.model.NAMESPACED else None
         return {
             "cluster": row.cluster.name,
             "name": row.name,
-            "namespace": namespace or "",
-            "manifest": render(self.kind, row.name, namespace, row.spec),
+            "namespace": getattr(row, "namespace", ""),
+            "manifest": self._render(row),
         }
 
     def list(self, request: Request) -> Response:
@@ -183,47 +183,42 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
         before: dict[str, Any] = {}
 
         def only_this_kind(doc: Document) -> None:
-            before[doc.key] = self._manifest(cluster, doc.name, doc.namespace)
             if doc.kind != self.kind:
-                raise ManifestError(
-                    f"this endpoint takes {self.kind} objects",
-                    source=doc.source,
-                    document=doc.index,
-                    object=doc.key,
-                    path="kind",
-                    value=doc.kind,
+                raise Fields.of(doc).error(
+                    "kind", doc.kind, f"this endpoint takes {self.kind} objects"
                 )
+            lookup = {"namespace": doc.namespace} if self.model.NAMESPACED else {}
+            old = self.model._default_manager.filter(
+                cluster=cluster, name=doc.name, **lookup
+            ).first()
+            before[doc.key] = self._render(old) if old else None
 
-        text = request.data if isinstance(request.data, str) else ""
         applied = services.apply(
-            cluster, text, source="request", now=now(), authorize=only_this_kind
+            cluster, manifest_text(request), source="request", now=now(), authorize=only_this_kind
         )
-        rows = [
-            self._show(row)
-            for row in self.model._default_manager.filter(
-                cluster=cluster, pk__in=_applied_ids(self.model, cluster, applied)
-            ).select_related("cluster")
-        ]
+        stored = self.model._default_manager.filter(pk__in=[a.pk for a in applied])
+        rows = {row.pk: row for row in stored.select_related("cluster")}
         for item in applied:
             if item.action != "unchanged":
-                *namespace, name = item.key.split("/")[1:]
-                after = self._manifest(cluster, name, namespace[0] if namespace else None)
                 audit(
                     request,
                     item.action,
                     item.key,
                     cluster=cluster.name,
-                    before=before.get(item.key),
-                    after=after,
+                    before=before[item.key],
+                    after=self._render(rows[item.pk]),
                 )
         created = any(a.action == "created" for a in applied)
-        body = {"applied": [{"key": a.key, "action": a.action} for a in applied], "objects": rows}
+        body = {
+            "applied": [{"key": a.key, "action": a.action} for a in applied],
+            "objects": [self._show(row) for row in rows.values()],
+        }
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     def destroy(self, request: Request, name: str) -> Response:
         row = self.get_object()
         namespace = getattr(row, "namespace", None)
-        before = self._manifest(row.cluster, row.name, namespace)
+        before = self._render(row)
         try:
             services.delete_queue_object(row.cluster, self.kind, row.name, namespace, now())
         except services.InUse as error:
@@ -231,30 +226,10 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
         audit(request, "deleted", row.key, cluster=row.cluster.name, before=before)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    def _manifest(self, cluster: Cluster, name: str, namespace: str | None) -> Any:
-        """The object as rendered now, or None if it does not exist."""
-        lookup: dict[str, Any] = {"cluster": cluster, "name": name}
-        if self.model.NAMESPACED:
-            lookup["namespace"] = namespace or ""
-        row = self.model._default_manager.filter(**lookup).first()
-        return (
-            render(self.kind, row.name, namespace if self.model.NAMESPACED else None, row.spec)
-            if row
-            else None
-        )
-
-
-def _applied_ids(
-    model: type[QueueObject], cluster: Cluster, applied: list[services.Applied]
-) -> list[int]:
-    ids: list[int] = []
-    for item in applied:
-        *namespace, name = item.key.split("/")[1:]
-        lookup: dict[str, Any] = {"cluster": cluster, "name": name}
-        if namespace:
-            lookup["namespace"] = namespace[0]
-        ids += model._default_manager.filter(**lookup).values_list("pk", flat=True)
-    return ids
+    def _render(self, row: Any) -> dict[str, Any]:
+        """The object's manifest in Kueue's storage version."""
+        namespace = row.namespace if self.model.NAMESPACED else None
+        return render(self.kind, row.name, namespace, row.spec)
 
 
 def queue_viewset(kind: str) -> type[QueueObjectViewSet]:

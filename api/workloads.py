@@ -20,7 +20,7 @@ from rest_framework.response import Response
 
 from api import serializers as s
 from api.common import Conflict, cluster_from, now, require_write, scope
-from api.parsers import MANIFEST_PARSERS
+from api.parsers import MANIFEST_PARSERS, manifest_text
 from events.models import Event
 from teams.services import Scope
 from workloads import explain, runtime, services, whatif
@@ -146,17 +146,16 @@ class WorkloadViewSet(
     )
     def create(self, request: Request) -> Response:
         cluster = cluster_from(request)
-        text = request.data if isinstance(request.data, str) else ""
         applied = services.apply(
             cluster,
-            text,
+            manifest_text(request),
             source="request",
             now=now(),
             namespace=request.query_params.get("namespace") or None,
             authorize=submission_check(scope(request)),
         )
         objects = self.get_queryset().filter(
-            cluster=cluster, pk__in=[_object_id(cluster.pk, a.key) for a in applied]
+            pk__in=[a.pk for a in applied if a.kind not in QUEUE_KINDS]
         )
         created = any(a.action == "created" for a in applied)
         body = {
@@ -265,16 +264,6 @@ class WorkloadViewSet(
         return Response(redact({"object": obj.key, "workloads": explained}, scope(request)))
 
 
-def _object_id(cluster_id: int, key: str) -> int | None:
-    kind, *rest = key.split("/")
-    namespace, name = (rest[0], rest[1]) if len(rest) == 2 else ("", rest[0])
-    return (
-        KubeObject.objects.filter(cluster_id=cluster_id, kind=kind, namespace=namespace, name=name)
-        .values_list("pk", flat=True)
-        .first()
-    )
-
-
 class WhatIfViewSet(viewsets.ViewSet):
     """Would these manifests be admitted now? Nothing is stored."""
 
@@ -283,15 +272,14 @@ class WhatIfViewSet(viewsets.ViewSet):
 
     @extend_schema(
         request=MANIFEST_BODY,
-        parameters=[CLUSTER_PARAM],
+        parameters=[CLUSTER_PARAM, NAMESPACE_PARAM],
         responses=OpenApiResponse(OpenApiTypes.OBJECT),
     )
     def create(self, request: Request) -> Response:
         cluster = cluster_from(request)
-        text = request.data if isinstance(request.data, str) else ""
         result = whatif.whatif(
             cluster,
-            text,
+            manifest_text(request),
             "request",
             now(),
             namespace=request.query_params.get("namespace") or None,

@@ -16,6 +16,7 @@ from workloads import manifests, pods, runtime, slicing
 from workloads.durations import parse_duration
 from workloads.history import object_event, workload_event
 from workloads.manifests import Document, ManifestError, WorkloadShape
+from workloads.manifests.fields import Fields
 from workloads.models import (
     QUEUE_MODELS,
     KubeObject,
@@ -47,6 +48,12 @@ class ObjectNotFound(LookupError):
 class Applied:
     key: str
     action: str  # created | configured | unchanged
+    pk: int
+    """Of the stored row: a KubeObject, or the Kueue kind's own model for queue objects."""
+
+    @property
+    def kind(self) -> str:
+        return self.key.partition("/")[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +171,7 @@ def _apply_one(
         return _apply_queue_object(cluster, doc, plan.spec, now)
     existing = lookups.objects.get((doc.kind, doc.namespace or "", doc.name))
     if existing is not None and existing.manifest == doc.body:
-        return Applied(doc.key, "unchanged")
+        return Applied(doc.key, "unchanged", existing.pk)
     sim = _simulation(doc, plan.shape, simulation.get(doc.key, {}))
     if plan.shape is not None and plan.shape.queue_name:
         _check_queue(lookups, doc, plan.shape)
@@ -185,7 +192,7 @@ def _apply_one(
         obj = existing
         if plan.shape is not None and _only_replicas_changed(existing.manifest, doc.body):
             _scale_to(obj, plan.shape.replicas, now, doc.body, lookups)
-            return Applied(doc.key, "configured")
+            return Applied(doc.key, "configured", obj.pk)
         _remove_workloads(obj, now)
         obj.manifest, obj.simulation, obj.generation = doc.body, sim, obj.generation + 1
         obj.api_version, obj.updated_at = doc.api_version, now
@@ -199,7 +206,7 @@ def _apply_one(
     )
     if plan.shape is not None:
         _create_workloads(obj, plan.shape, range(plan.shape.replicas), now, lookups, doc)
-    return Applied(doc.key, action)
+    return Applied(doc.key, action, obj.pk)
 
 
 def _apply_queue_object(
@@ -212,9 +219,9 @@ def _apply_queue_object(
     columns = _queue_columns(doc.kind, spec)
     row = model._default_manager.filter(**lookup).first()
     if row is not None and row.spec == spec and row.manifest == doc.body:
-        return Applied(doc.key, "unchanged")
+        return Applied(doc.key, "unchanged", row.pk)
     if row is None:
-        model._default_manager.create(
+        row = model._default_manager.create(
             **lookup, **columns, spec=spec, manifest=doc.body, created_at=now, updated_at=now
         )
         action = "created"
@@ -233,7 +240,7 @@ def _apply_queue_object(
     )
     # Queue, flavor or cohort changes may make room: Kueue requeues inadmissible workloads.
     runtime.unpark(cluster)
-    return Applied(doc.key, action)
+    return Applied(doc.key, action, row.pk)
 
 
 def _queue_columns(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -253,13 +260,10 @@ def _queue_columns(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
 def _check_queue(lookups: _Lookups, doc: Document, shape: WorkloadShape) -> None:
     assert shape.queue_name is not None
     if not lookups.has_local_queue(doc.namespace or "", shape.queue_name):
-        raise ManifestError(
+        raise Fields.of(doc).error(
+            "metadata.labels[kueue.x-k8s.io/queue-name]",
+            shape.queue_name,
             f"LocalQueue {shape.queue_name!r} does not exist in namespace {doc.namespace!r}",
-            source=doc.source,
-            document=doc.index,
-            object=doc.title,
-            path="metadata.labels[kueue.x-k8s.io/queue-name]",
-            value=shape.queue_name,
         )
 
 
@@ -300,14 +304,7 @@ def _sim_value(field: str, value: Any, doc: Document, name: str) -> float | int:
 
 
 def _invalid_simulation(doc: Document, name: str, value: Any, problem: str) -> ManifestError:
-    return ManifestError(
-        f"{value!r} {problem}",
-        source=doc.source,
-        document=doc.index,
-        object=doc.title,
-        path=f"simulation.{name}",
-        value=value,
-    )
+    return Fields.of(doc).error(f"simulation.{name}", value, f"{value!r} {problem}")
 
 
 def _only_replicas_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -338,14 +335,7 @@ def _priority(lookups: _Lookups, doc: Document, shape: WorkloadShape) -> tuple[i
 
 
 def _missing_priority(doc: Document, path: str, name: str, kind: str) -> ManifestError:
-    return ManifestError(
-        f"{kind} {name!r} does not exist",
-        source=doc.source,
-        document=doc.index,
-        object=doc.title,
-        path=path,
-        value=name,
-    )
+    return Fields.of(doc).error(path, name, f"{kind} {name!r} does not exist")
 
 
 def _create_workloads(

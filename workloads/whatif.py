@@ -8,19 +8,19 @@ so nothing escapes the rolled-back transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max, Q, QuerySet
+from django.db.models import Max, QuerySet
 
 from clusters.models import Cluster
 from events.models import Event
 from workloads import runtime, services
 from workloads.explain import workload_ref
-from workloads.manifests import Document
-from workloads.models import KubeObject, Pod, Workload
+from workloads.manifests import QUEUE_KINDS, Document
+from workloads.models import Pod, Workload
 
 
 class _RollBack(Exception):
@@ -71,23 +71,13 @@ def _apply_and_observe(
     )
     log = Event.objects.filter(cluster=cluster.name, id__gt=last_event)
     rows = Workload.objects.filter(
-        owner__in=_objects(cluster, (a.key for a in applied)),
+        owner__in=[a.pk for a in applied if a.kind not in QUEUE_KINDS],
         phase__in=Workload.ACTIVE_PHASES,
     ).select_related("owner")
     return {
         "applied": [{"object": a.key, "action": a.action} for a in applied],
         "workloads": [_outcome(row, row.pk > last_workload, log) for row in rows],
     }
-
-
-def _objects(cluster: Cluster, keys: Iterable[str]) -> QuerySet[KubeObject]:
-    """The KubeObjects behind applied keys (`Kind/namespace/name`); queue objects have none."""
-    query = Q(pk__in=[])
-    for key in keys:
-        kind, _, rest = key.partition("/")
-        ns, _, name = rest.rpartition("/")
-        query |= Q(kind=kind, namespace=ns, name=name)
-    return KubeObject.objects.filter(query, cluster=cluster)
 
 
 def _outcome(row: Workload, new: bool, log: QuerySet[Event]) -> dict[str, Any]:
