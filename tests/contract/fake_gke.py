@@ -19,12 +19,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
 from google.cloud import container_v1
 from google.protobuf import json_format
+
+from tests.contract.loopback import LoopbackServer
 
 # google.rpc.Code name -> HTTP status, as Google's REST gateway maps them.
 HTTP_STATUS = {
@@ -90,7 +92,7 @@ class _Operation:
 
 
 @dataclass
-class FakeGke:
+class FakeGke(LoopbackServer):
     polls_to_finish: int = 2
     calls: list[Call] = field(default_factory=list)
     clusters: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -99,7 +101,6 @@ class FakeGke:
     _operation_errors: list[str] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
 
     # Test controls.
 
@@ -125,21 +126,8 @@ class FakeGke:
 
     # Server.
 
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> FakeGke:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        threading.Thread(target=self._server.serve_forever, args=(0.01,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.shutdown()
-        self._server.server_close()
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return _handler_for(self)
 
     def handle(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:
         call = Call(method, path, body)

@@ -26,9 +26,11 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from tests.contract.loopback import LoopbackServer
 
 KUEUE_VERSIONS = frozenset({"v1beta1", "v1beta2"})
 # (group, plural) -> (kind, namespaced, served versions).
@@ -125,7 +127,7 @@ class Change:
 
 
 @dataclass
-class FakeKube:
+class FakeKube(LoopbackServer):
     token: str = ""
     """When set, requests must carry `Authorization: Bearer <token>`."""
     calls: list[Call] = field(default_factory=list)
@@ -136,7 +138,6 @@ class FakeKube:
     _compacted: int = 0
     _drop_after: int | None = None
     _changed: threading.Condition = field(default_factory=threading.Condition)
-    _server: ThreadingHTTPServer | None = None
 
     # Test controls.
 
@@ -166,21 +167,8 @@ class FakeKube:
 
     # Server.
 
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_port}"
-
-    def __enter__(self) -> FakeKube:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.01,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.shutdown()
-        self._server.server_close()
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return _handler_for(self)
 
     # The API.
 
