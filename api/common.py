@@ -13,17 +13,13 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from clusters.models import Cluster
-from teams.services import Scope, request_scope
+from teams.services import request_scope
 
 
 class Conflict(APIException):
     status_code = 409
     default_code = "conflict"
     default_detail = "conflicts with the current state"
-
-
-def scope(request: Request) -> Scope:
-    return request_scope(request)
 
 
 def signed_in(request: Request) -> User:
@@ -54,7 +50,7 @@ def cluster_from(request: Request) -> Cluster:
 
 def require_write(request: Request, namespace: str) -> None:
     """Viewers may look, not touch; outside the caller's teams the object does not exist."""
-    caller = scope(request)
+    caller = request_scope(request)
     if not caller.can_read(namespace):
         raise NotFound()
     if not caller.can_write(namespace):

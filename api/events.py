@@ -13,10 +13,9 @@ from rest_framework.views import APIView
 
 from api import serializers as s
 from api.audit import AUDIT_PREFIX
-from api.common import scope
 from events.models import Event
 from events.services import serialize
-from teams.services import Scope
+from teams.services import Scope, request_scope
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 
@@ -76,7 +75,7 @@ class EventList(APIView):
         responses=s.EventPageSerializer,
     )
     def get(self, request: Request) -> Response:
-        rows = visible_events(scope(request))
+        rows = visible_events(request_scope(request))
         filters = {
             "kind": request.query_params.get("type"),
             "namespace": request.query_params.get("namespace"),

@@ -20,13 +20,14 @@ from rest_framework.views import APIView
 
 from api import serializers as s
 from api.audit import audit
-from api.common import Conflict, IsAdminOrReadOnly, cluster_from, now, scope, signed_in
+from api.common import Conflict, IsAdminOrReadOnly, cluster_from, now, signed_in
 from api.parsers import MANIFEST_PARSERS, manifest_text
 from api.workloads import CLUSTER_PARAM, MANIFEST_BODY
 from clusters import services as cluster_services
 from clusters.models import Cluster, NodePool
 from teams import services as team_services
 from teams.models import ApiToken, Team
+from teams.services import request_scope
 from workloads import services
 from workloads.manifests import Document, render
 from workloads.manifests.fields import Fields
@@ -137,7 +138,7 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
             return self.model._default_manager.none()
         rows = self.model._default_manager.filter(cluster=cluster_from(self.request))
         if self.model.NAMESPACED:
-            rows = scope(self.request).filter(rows)
+            rows = request_scope(self.request).filter(rows)
         return rows.select_related("cluster").order_by("pk")
 
     def get_parsers(self) -> list[Any]:
@@ -335,7 +336,7 @@ class Me(APIView):
 
     @extend_schema(responses=OpenApiResponse(OpenApiTypes.OBJECT))
     def get(self, request: Request) -> Response:
-        caller = scope(request)
+        caller = request_scope(request)
         return Response(
             {
                 "username": request.user.get_username(),

@@ -19,10 +19,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import serializers as s
-from api.common import Conflict, cluster_from, now, require_write, scope
+from api.common import Conflict, cluster_from, now, require_write
+from api.events import event_page
 from api.parsers import MANIFEST_PARSERS, manifest_text
 from events.models import Event
-from teams.services import Scope
+from teams.services import Scope, request_scope
 from workloads import explain, runtime, services, whatif
 from workloads.manifests import CLUSTER_SCOPED, QUEUE_KINDS, Document
 from workloads.models import Checkpoint, KubeObject, Workload
@@ -128,7 +129,7 @@ class WorkloadViewSet(
             .prefetch_related("workloads")
             .order_by("id")
         )
-        return scope(self.request).filter(objects)
+        return request_scope(self.request).filter(objects)
 
     def get_parsers(self) -> list[Any]:
         # Called before DRF sets self.action: look the action up in the route's method map.
@@ -152,7 +153,7 @@ class WorkloadViewSet(
             source="request",
             now=now(),
             namespace=request.query_params.get("namespace") or None,
-            authorize=submission_check(scope(request)),
+            authorize=submission_check(request_scope(request)),
         )
         objects = self.get_queryset().filter(
             pk__in=[a.pk for a in applied if a.kind not in QUEUE_KINDS]
@@ -167,7 +168,7 @@ class WorkloadViewSet(
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         obj = self.get_object()
         body = dict(self.get_serializer(obj).data)
-        if scope(request).can_write(obj.namespace) and obj.kind in ("Job", "JobSet"):
+        if request_scope(request).can_write(obj.namespace) and obj.kind in ("Job", "JobSet"):
             body["checkpoint_token"] = checkpoint_token(obj)
         return Response(body)
 
@@ -195,8 +196,6 @@ class WorkloadViewSet(
     @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
     def events(self, request: Request, pk: str) -> Response:
         obj = self.get_object()
-        from api.events import event_page
-
         rows = Event.objects.filter(
             cluster=obj.cluster.name, namespace=obj.namespace, object_key=obj.key
         )
@@ -261,7 +260,7 @@ class WorkloadViewSet(
         at = now()
         rows = obj.workloads.select_related("owner", "cluster").order_by("replica_index")
         explained = [explain.explain(row, at) for row in rows]
-        return Response(redact({"object": obj.key, "workloads": explained}, scope(request)))
+        return Response(redact({"object": obj.key, "workloads": explained}, request_scope(request)))
 
 
 class WhatIfViewSet(viewsets.ViewSet):
@@ -283,6 +282,6 @@ class WhatIfViewSet(viewsets.ViewSet):
             "request",
             now(),
             namespace=request.query_params.get("namespace") or None,
-            authorize=submission_check(scope(request)),
+            authorize=submission_check(request_scope(request)),
         )
-        return Response(redact(result, scope(request)))
+        return Response(redact(result, request_scope(request)))
