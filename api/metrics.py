@@ -24,9 +24,9 @@ from prometheus_client.registry import Collector
 
 from clusters.models import Cluster
 from events.models import Event
-from workloads.models import ClusterQueue, LocalQueue, Workload
+from workloads.models import LocalQueue, Workload
 from workloads.quantities import parse_quantity
-from workloads.status import cluster_queue_usage
+from workloads.status import cluster_queue_usages
 
 WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
 
@@ -47,7 +47,7 @@ class QueueCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         clusters = {c.pk: c.name for c in Cluster.objects.all()}
         yield from self._workloads(clusters)
-        yield from self._quota(clusters)
+        yield from self._quota()
         yield self._wait_times(clusters)
         yield self._preemptions()
         events = GaugeMetricFamily(
@@ -97,7 +97,7 @@ class QueueCollector(Collector):
             admitted,
         )
 
-    def _quota(self, clusters: dict[int, str]) -> Iterator[Metric]:
+    def _quota(self) -> Iterator[Metric]:
         labels = ["cluster", "cluster_queue", "flavor", "resource"]
         usage = GaugeMetricFamily(
             "kueue_cluster_queue_resource_usage",
@@ -109,11 +109,12 @@ class QueueCollector(Collector):
             "Nominal quota, by flavor and resource",
             labels=labels,
         )
-        for cq in ClusterQueue.objects.select_related("cluster"):
-            for row in cluster_queue_usage(cq.cluster, cq)["resources"]:
-                key = [clusters[cq.cluster_id], cq.name, row["flavor"], row["resource"]]
-                usage.add_metric(key, _amount(row["used"]))
-                nominal.add_metric(key, _amount(row["nominal"]))
+        for cluster in Cluster.objects.all():
+            for name, report in cluster_queue_usages(cluster).items():
+                for row in report["resources"]:
+                    key = [cluster.name, name, row["flavor"], row["resource"]]
+                    usage.add_metric(key, _amount(row["used"]))
+                    nominal.add_metric(key, _amount(row["nominal"]))
         yield usage
         yield nominal
 

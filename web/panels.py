@@ -19,7 +19,7 @@ from teams.models import TeamNamespace
 from teams.services import Scope
 from workloads.models import ClusterQueue, KubeObject, Pod, Slice, Workload
 from workloads.quantities import parse_quantity
-from workloads.status import cluster_queue_usage
+from workloads.status import cluster_queue_usages
 
 ACCELERATORS = ((GPU_RESOURCE, "GPUs"), (TPU_RESOURCE, "TPU chips"))
 BOUND_PHASES = (Pod.Phase.PENDING, Pod.Phase.RUNNING)
@@ -269,8 +269,10 @@ def queue_bars(cluster: Cluster) -> list[dict[str, Any]]:
     """ClusterQueues grouped by cohort (cohort name "" for those in none), each with a bar per
     flavor and resource: used within nominal, borrowed, pending demand, and the nominal mark."""
     cohorts: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for cq in ClusterQueue.objects.filter(cluster=cluster):
-        usage = cluster_queue_usage(cluster, cq)
+    queues = list(ClusterQueue.objects.filter(cluster=cluster))
+    usages = cluster_queue_usages(cluster, queues)
+    for cq in queues:
+        usage = usages[cq.name]
         usage["bars"] = [_bar(r) for r in usage["resources"]]
         usage["spec"] = cq.spec
         cohorts[cq.cohort_name].append(usage)

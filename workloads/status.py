@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from clusters.models import Cluster
@@ -156,7 +157,23 @@ def _percent(used: str, quota: dict[str, Any]) -> int:
 def cluster_queue_usage(cluster: Cluster, cq: ClusterQueue) -> dict[str, Any]:
     """Per flavor and resource of one ClusterQueue: quota, limits, what is used and borrowed,
     and the demand of its pending workloads (per resource: they have no flavor yet)."""
-    usage, pending = _usage_and_demand(cluster, cq)
+    return cluster_queue_usages(cluster, [cq])[cq.name]
+
+
+def cluster_queue_usages(
+    cluster: Cluster, queues: Iterable[ClusterQueue] | None = None
+) -> dict[str, dict[str, Any]]:
+    """`cluster_queue_usage` of every ClusterQueue of the cluster (or of `queues`), by name,
+    from one pass over the cluster's active workloads."""
+    if queues is None:
+        queues = ClusterQueue.objects.filter(cluster=cluster)
+    usage, pending = _usage_and_demand(cluster)
+    return {cq.name: _usage_report(cq, usage[cq.name], pending[cq.name]) for cq in queues}
+
+
+def _usage_report(
+    cq: ClusterQueue, usage: Mapping[tuple[str, str], int], pending: Mapping[str, int]
+) -> dict[str, Any]:
     resources = []
     for group in cq.spec.get("resource_groups") or ():
         for flavor in group["flavors"]:
@@ -179,24 +196,27 @@ def cluster_queue_usage(cluster: Cluster, cq: ClusterQueue) -> dict[str, Any]:
 
 
 def _usage_and_demand(
-    cluster: Cluster, cq: ClusterQueue
-) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
-    """(flavor, resource) -> used by its admitted workloads; resource -> asked by its pending."""
-    usage: dict[tuple[str, str], int] = defaultdict(int)
-    pending: dict[str, int] = defaultdict(int)
-    local_queues = set(
-        LocalQueue.objects.filter(cluster=cluster, cluster_queue_name=cq.name).values_list(
-            "namespace", "name"
+    cluster: Cluster,
+) -> tuple[dict[str, dict[tuple[str, str], int]], dict[str, dict[str, int]]]:
+    """Per ClusterQueue: (flavor, resource) -> used by its admitted workloads, and
+    resource -> asked by the pending workloads of its LocalQueues."""
+    usage: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+    pending: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    target = {
+        (namespace, name): cq
+        for namespace, name, cq in LocalQueue.objects.filter(cluster=cluster).values_list(
+            "namespace", "name", "cluster_queue_name"
         )
-    )
+    }
     for row in Workload.objects.filter(cluster=cluster, phase__in=Workload.ACTIVE_PHASES):
-        if row.phase == Workload.Phase.PENDING:
-            if (row.namespace, row.queue_name) in local_queues:
-                for pod_set in row.pod_sets:
-                    for resource, amount in pod_set["requests"].items():
-                        pending[resource] += amount * pod_set["count"]
-        elif row.cluster_queue_name == cq.name:
-            _add_usage(usage, row)
+        if row.phase != Workload.Phase.PENDING:
+            _add_usage(usage[row.cluster_queue_name], row)
+            continue
+        cq_name = target.get((row.namespace, row.queue_name))
+        if cq_name is not None:
+            for pod_set in row.pod_sets:
+                for resource, amount in pod_set["requests"].items():
+                    pending[cq_name][resource] += amount * pod_set["count"]
     return usage, pending
 
 
