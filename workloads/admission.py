@@ -16,7 +16,7 @@ from events.services import record_events
 from workloads import pods
 from workloads.history import workload_event_row
 from workloads.models import Checkpoint, KubeObject, Workload
-from workloads.snapshot import ClusterSnapshot, admission_json, load
+from workloads.snapshot import HEADS_PER_QUEUE, ClusterSnapshot, admission_json, load
 
 ADMIT_FIELDS = [
     "admission",
@@ -44,12 +44,18 @@ def lock_admission(cluster: Cluster) -> None:
 
 
 def admit_pending(
-    cluster: Cluster, now: datetime, max_admissions: int | None = None
+    cluster: Cluster,
+    now: datetime,
+    max_admissions: int | None = None,
+    heads_per_queue: int = HEADS_PER_QUEUE,
 ) -> scheduler.Decisions:
-    """Run Kueue's scheduling cycles over the cluster and persist every decision."""
+    """Run Kueue's scheduling cycles over the cluster and persist every decision.
+
+    Only the first `heads_per_queue` pending workloads of each LocalQueue are considered.
+    """
     with transaction.atomic():
         lock_admission(cluster)
-        snap = load(cluster)
+        snap = load(cluster, heads_per_queue)
         decisions = scheduler.schedule(snap.snapshot, max_admissions=max_admissions)
         _Writer(cluster, snap, now).write(decisions)
     return decisions

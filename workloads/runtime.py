@@ -23,7 +23,7 @@ from scheduler.topology import HOSTNAME
 from workloads import admission, pods, slicing
 from workloads.history import workload_event, workload_event_row
 from workloads.models import Checkpoint, Pod, Workload
-from workloads.snapshot import affinity, cluster_nodes, toleration
+from workloads.snapshot import HEADS_PER_QUEUE, affinity, cluster_nodes, toleration
 
 MAX_ROUNDS = 100
 TRAINING_KINDS = ("Job", "JobSet")
@@ -35,12 +35,16 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
     `max_admissions` caps admissions at this instant (see `scheduler.schedule`).
     """
     budget = max_admissions
+    heads = HEADS_PER_QUEUE
     for _ in range(MAX_ROUNDS):
         changed = False
         if budget is None or budget > 0:
-            decisions = admission.admit_pending(cluster, now, budget)
+            decisions = admission.admit_pending(cluster, now, budget, heads)
             if budget is not None:
                 budget -= len(decisions.admitted)
+            if len(decisions.admitted) >= heads:
+                # A deep queue: a wider window next round rather than a round per window.
+                heads *= 2
             changed = bool(
                 decisions.admitted
                 or decisions.preemptions

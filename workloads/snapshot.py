@@ -232,11 +232,12 @@ _WORKLOAD_COLUMNS = (
 
 
 HEADS_PER_QUEUE = 16
-"""Pending workloads loaded per LocalQueue, in queue order. A call admits or parks at most
-this many per queue; `runtime.settle` calls again while that makes progress."""
+"""Pending workloads loaded per LocalQueue, in queue order, by default. A call admits or parks
+at most this many per queue; `runtime.settle` calls again, with a wider window, while a
+window fills up."""
 
 
-def _active_rows(cluster: Cluster) -> QuerySet[Workload]:
+def _active_rows(cluster: Cluster, heads_per_queue: int) -> QuerySet[Workload]:
     """Every workload holding quota, and the first pending ones of each LocalQueue."""
     holding = Workload.objects.filter(cluster=cluster, phase__in=Workload.HOLDING_QUOTA)
     ranked = Workload.objects.filter(
@@ -248,7 +249,7 @@ def _active_rows(cluster: Cluster) -> QuerySet[Workload]:
             order_by=[F("preempting").desc(), F("priority").desc(), F("queued_at"), F("name")],
         )
     )
-    heads = ranked.filter(queue_rank__lte=HEADS_PER_QUEUE).values("pk")
+    heads = ranked.filter(queue_rank__lte=heads_per_queue).values("pk")
     return Workload.objects.filter(Q(pk__in=holding.values("pk")) | Q(pk__in=heads))
 
 
@@ -256,10 +257,11 @@ def _workloads(
     cluster: Cluster,
     cq_by_queue: Mapping[tuple[str, str], str],
     stopped: set[tuple[str, str]],
+    heads_per_queue: int,
 ) -> tuple[list[s.Workload], dict[str, int], dict[str, tuple[str, str, bool]], list[s.Pending]]:
     """Scheduler workloads; pending ones of a stopped LocalQueue (stopPolicy) are held back."""
     workloads, ids, pending_state, held = [], {}, {}, []
-    rows = _active_rows(cluster).annotate(
+    rows = _active_rows(cluster, heads_per_queue).annotate(
         pod_sets_text=Cast("pod_sets", TextField()), admission_text=Cast("admission", TextField())
     )
     for row in rows.values_list(*_WORKLOAD_COLUMNS):
@@ -290,7 +292,7 @@ def _workloads(
     return workloads, ids, pending_state, held
 
 
-def load(cluster: Cluster) -> ClusterSnapshot:
+def load(cluster: Cluster, heads_per_queue: int = HEADS_PER_QUEUE) -> ClusterSnapshot:
     """Queues, flavors, cohorts and the active workloads of a cluster in six queries; three more
     (topologies, nodes, bound pods) when a ResourceFlavor is topology-aware."""
 
@@ -317,7 +319,7 @@ def load(cluster: Cluster) -> ClusterSnapshot:
         cq_by_queue[(ns, name)] = cq
         if (spec.get("stop_policy") or "None") != "None":
             stopped.add((ns, name))
-    workloads, ids, pending_state, held = _workloads(cluster, cq_by_queue, stopped)
+    workloads, ids, pending_state, held = _workloads(cluster, cq_by_queue, stopped, heads_per_queue)
     snapshot = s.Snapshot(
         cluster_queues=cqs, cohorts=cohorts, flavors=flavors, workloads=tuple(workloads)
     )
