@@ -66,6 +66,9 @@ def main() -> int:
     if stack and not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
         print("--stack needs DATABASE_URL and REDIS_URL", file=sys.stderr)  # noqa: T201
         return 2
+    if stack:
+        # Workers are there to admit: requests only store and queue (settings.py).
+        os.environ.setdefault("ACCELPLANE_ADMISSION", "worker")
     # A SIGTERM (docker stop, a supervisor) stops the children too, via the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     processes = {

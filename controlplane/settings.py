@@ -177,6 +177,15 @@ ACCELPLANE_SIM_OPERATION_SECONDS = envint("ACCELPLANE_SIM_OPERATION_SECONDS", 3)
 ACCELPLANE_GKE_ENDPOINT = os.environ.get("ACCELPLANE_GKE_ENDPOINT", "")
 ACCELPLANE_GKE_CREDENTIALS_FILE = os.environ.get("ACCELPLANE_GKE_CREDENTIALS_FILE", "")
 ACCELPLANE_MAX_MANIFEST_BYTES = envint("ACCELPLANE_MAX_MANIFEST_BYTES", 1_048_576)
+# Where admission runs after an API change: "request" (in the request, which then answers with
+# the outcome) or "worker" (a Celery task soon after, one per burst of changes per cluster,
+# as Kueue admits asynchronously: requests stay short and concurrent ones do not queue up on
+# the admission lock). The full stack runs "worker".
+ACCELPLANE_ADMISSION = os.environ.get("ACCELPLANE_ADMISSION", "request")
+if ACCELPLANE_ADMISSION not in ("request", "worker"):
+    raise ImproperlyConfigured(
+        f"ACCELPLANE_ADMISSION={ACCELPLANE_ADMISSION!r}: expected 'request' or 'worker'"
+    )
 # Per API token (or signed-in user); beyond it requests answer 429 with Retry-After.
 ACCELPLANE_API_RATE = os.environ.get("ACCELPLANE_API_RATE", "6000/min")
 # How often a WebSocket re-reads the event log: the in-process channel layer cannot carry

@@ -8,11 +8,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from clusters.models import Cluster
 from events.services import record_event
-from workloads import manifests, pods, runtime, slicing
+from workloads import manifests, pods, runtime, slicing, tasks
 from workloads.durations import parse_duration
 from workloads.history import object_event, workload_event
 from workloads.manifests import Document, ManifestError, WorkloadShape
@@ -78,7 +79,7 @@ def apply(
     """`kubectl apply`: validate every document first, then create or update all, atomically.
 
     `authorize` sees every document before anything is written and raises to refuse one.
-    With `admit`, admission and the simulated cluster then run at `now` (see runtime.settle).
+    With `admit`, admission and the simulated cluster then run at `now` (see `settle`).
     """
     try:
         documents = manifests.load_documents(
@@ -106,8 +107,17 @@ def apply(
         )
         raise
     if admit:
-        runtime.settle(cluster, now)
+        settle(cluster, now)
     return results
+
+
+def settle(cluster: Cluster, now: datetime) -> None:
+    """Admission after a change: here and now, or by a worker soon after (settings:
+    ACCELPLANE_ADMISSION), where one run admits a whole burst of submissions."""
+    if settings.ACCELPLANE_ADMISSION == "worker":
+        tasks.admit_soon(cluster)
+    else:
+        runtime.settle(cluster, now)
 
 
 class _Lookups:
@@ -406,7 +416,7 @@ def scale(obj: KubeObject, replicas: int, now: datetime) -> None:
     body = manifests.scale(_as_document(obj, obj.manifest), replicas)
     with transaction.atomic():
         _scale_to(obj, replicas, now, body, _Lookups(obj.cluster, []))
-    runtime.settle(obj.cluster, now)
+    settle(obj.cluster, now)
 
 
 def _scale_to(
@@ -477,7 +487,7 @@ def delete(obj: KubeObject, now: datetime) -> None:
             message=f"{obj.key} deleted",
         )
         obj.delete()
-    runtime.settle(cluster, now)
+    settle(cluster, now)
 
 
 def end(obj: KubeObject, now: datetime, *, failed: bool) -> None:
@@ -490,7 +500,7 @@ def end(obj: KubeObject, now: datetime, *, failed: bool) -> None:
             )
         )
         runtime.finish(rows, now, phase)
-    runtime.settle(obj.cluster, now)
+    settle(obj.cluster, now)
 
 
 class InUse(ValueError):

@@ -1,9 +1,42 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.core.cache import cache
+from django.db import transaction
+from django.utils import timezone
 
+from clusters.models import Cluster
 from workloads import runtime
 from workloads.kube import watch
+
+# While set, a settle of the cluster is queued: later changes ride on it. It expires, so a
+# lost task (or, without Redis, a cache the worker does not share) delays admission only
+# until then, and the live tick runs admission every few seconds anyway.
+SETTLE_QUEUED_SECONDS = 2
+
+
+def _settle_queued(cluster_id: int) -> str:
+    return f"accelplane:settle-queued:{cluster_id}"
+
+
+def admit_soon(cluster: Cluster) -> None:
+    """Queue admission for the cluster once this transaction commits, once per burst."""
+
+    def enqueue() -> None:
+        if cache.add(_settle_queued(cluster.pk), True, timeout=SETTLE_QUEUED_SECONDS):
+            settle_cluster.delay(cluster.pk)
+
+    transaction.on_commit(enqueue)
+
+
+@shared_task(ignore_result=True)
+def settle_cluster(cluster_id: int) -> None:
+    """Admission and the simulated cluster at the current time, after API changes."""
+    # Cleared before reading the cluster: a change committed from here on queues a new run.
+    cache.delete(_settle_queued(cluster_id))
+    cluster = Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.RUNNING).first()
+    if cluster is not None:
+        runtime.settle(cluster, timezone.now())
 
 
 @shared_task(ignore_result=True)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.workers import Workers
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -31,3 +33,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.integration)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def start_worker(transactional_db, tmp_path):
+    """Start Celery workers on the test database; all are stopped before the database is reset."""
+    workers = Workers(tmp_path, {"ACCELPLANE_SIM_OPERATION_SECONDS": "1"})
+    yield workers
+    workers.stop()

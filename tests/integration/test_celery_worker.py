@@ -2,89 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from django.db import connection
 
 from clusters import services
 from clusters.models import Cluster, NodePool
 from events.models import Event
+from tests.integration.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parents[2]
 NODES = 3
 PROVISIONED_WITHIN = 30.0  # seconds: worker start-up plus a 1 s simulated operation
 RESUMED_WITHIN = 20.0  # seconds: a new worker's start-up plus what is left of the operation
-
-
-def worker_database_url():
-    """DATABASE_URL naming the database this test runs in (pytest-django's test_<NAME>)."""
-    url = urlsplit(os.environ["DATABASE_URL"])
-    return urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"]))
-
-
-@pytest.fixture
-def start_worker(transactional_db, tmp_path):
-    """Start Celery workers on the test database; all are stopped before the database is reset."""
-    env = {
-        **os.environ,
-        "DATABASE_URL": worker_database_url(),
-        "ACCELPLANE_SIM_OPERATION_SECONDS": "1",
-        "CELERY_TASK_ALWAYS_EAGER": "0",
-    }
-    workers = []
-
-    def start():
-        log = (tmp_path / f"worker-{len(workers)}.log").open("w")
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "controlplane",
-                "worker",
-                "--pool=solo",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "--loglevel=INFO",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        workers.append((worker, log))
-        return worker
-
-    yield start
-    for worker, log in workers:
-        if worker.poll() is None:
-            worker.terminate()
-            try:
-                worker.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
-        log.close()
-
-
-def wait_for(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"{what} within {timeout:.0f} s")
 
 
 def pool_is_running(pool):

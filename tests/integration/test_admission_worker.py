@@ -1,0 +1,53 @@
+"""The full stack's admission mode: the API stores and answers at once; a worker admits."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from events.models import Event
+from teams import services as teams
+from tests.integration.workers import wait_for
+from tests.support import NAMESPACE, job
+from workloads.models import Workload
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SUBMISSIONS = 4  # 2 GPUs each: 8 GPUs asked of a 6-GPU queue
+ADMITTED_WITHIN = 30.0  # seconds: a worker's start-up plus one settle
+
+
+@pytest.fixture
+def submitter(gpu_queues):
+    teams.ensure_team("llm", namespaces=[NAMESPACE], members=[("alice", "submitter")])
+    _, token = teams.issue_token(User.objects.get(username="alice"))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+def test_submissions_answer_pending_and_a_worker_admits_them_within_quota(
+    settings, submitter, start_worker
+):
+    settings.ACCELPLANE_ADMISSION = "worker"
+    for i in range(SUBMISSIONS):
+        response = submitter.post(
+            f"/api/v1/workloads?namespace={NAMESPACE}",
+            job(f"train-{i}", pods=1),
+            content_type="application/yaml",
+        )
+        assert response.status_code == 201, response.content
+        # Answered before any admission: the request only stored and queued it.
+        assert response.json()["objects"][0]["phase"] == "Pending"
+    assert not Workload.objects.exclude(phase=Workload.Phase.PENDING).exists()
+
+    start_worker(ACCELPLANE_ADMISSION="worker")
+
+    def admitted():
+        return Workload.objects.filter(phase=Workload.Phase.ADMITTED).count() == 3
+
+    wait_for(admitted, ADMITTED_WITHIN, "three of four workloads admitted by the worker")
+    # The last does not fit the quota the first three hold: it waits, it is not over-admitted.
+    assert Workload.objects.get(owner__name="train-3").phase == Workload.Phase.PENDING
+    assert Event.objects.filter(kind="workload.admitted").count() == 3
