@@ -14,7 +14,7 @@ from channels_redis.core import RedisChannelLayer
 from django.contrib.auth.models import User
 
 from api.consumers import EventsConsumer
-from tests.integration.test_celery_worker import ROOT, worker_database_url
+from tests.integration.workers import ROOT, worker_database_url
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
