@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -110,11 +111,20 @@ WSGI_APPLICATION = None
 ASGI_APPLICATION = "controlplane.asgi.application"
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
+DATABASE_POOL_SIZE = envint("DATABASE_POOL_SIZE", 8)
 if DATABASE_URL:
-    # Health checks: a connection that died with a database restart is replaced, not reused.
-    DATABASES = {
-        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
-    }
+    DATABASES: dict[str, dict[str, Any]] = {"default": dict(dj_database_url.parse(DATABASE_URL))}
+    if DATABASE_POOL_SIZE and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        # Under ASGI every request runs in a thread of its own, so per-thread persistent
+        # connections pile up until PostgreSQL refuses clients: a pool per process instead,
+        # whose connections are checked when taken (a database restart leaves dead ones).
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+        DATABASES["default"]["OPTIONS"] = {
+            "pool": {"min_size": 1, "max_size": DATABASE_POOL_SIZE, "timeout": 10}
+        }
+    else:
+        # Health checks: a connection that died with a database restart is replaced.
+        DATABASES["default"].update(CONN_MAX_AGE=60, CONN_HEALTH_CHECKS=True)
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
