@@ -1,13 +1,19 @@
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 
 from clusters.models import Cluster
 from workloads import runtime
 from workloads.kube import watch
+
+logger = logging.getLogger(__name__)
 
 # While set, a settle of the cluster is queued: later changes ride on it. It expires, so a
 # lost task (or, without Redis, a cache the worker does not share) delays admission only
@@ -23,8 +29,12 @@ def admit_soon(cluster: Cluster) -> None:
     """Queue admission for the cluster once this transaction commits, once per burst."""
 
     def enqueue() -> None:
-        if cache.add(_settle_queued(cluster.pk), True, timeout=SETTLE_QUEUED_SECONDS):
-            settle_cluster.delay(cluster.pk)
+        try:
+            if cache.add(_settle_queued(cluster.pk), True, timeout=SETTLE_QUEUED_SECONDS):
+                settle_cluster.delay(cluster.pk)
+        except (RedisError, OperationalError) as error:
+            # The change is committed; the live tick admits it once Redis is back.
+            logger.warning("admission of %s not queued: %s", cluster.name, error)
 
     transaction.on_commit(enqueue)
 
