@@ -1,0 +1,138 @@
+"""Private servers for fault tests: a Redis, a PostgreSQL and a web server of our own, on
+free ports, that a test may stop and start again without disturbing anyone else's."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.integration.workers import ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    pytest.fail(f"{what} did not listen on port {port} within {timeout:.0f} s")
+
+
+def binary(name: str, *candidates: str) -> str:
+    for path in (shutil.which(name), *candidates):
+        if path and os.access(path, os.X_OK):
+            return path
+    pytest.skip(f"{name} is not installed on this machine")
+
+
+class PrivateRedis:
+    """redis-server without persistence: a restart loses every key, as a crash would."""
+
+    def __init__(self, workdir: Path):
+        self.server = binary("redis-server")
+        self.port = free_port()
+        self.workdir = workdir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+            + ["--appendonly", "no", "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL,
+        )
+        wait_for_port(self.port, 10, "redis-server")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster in a temporary directory, run as the postgres user, trust auth."""
+
+    def __init__(self, workdir: Path):
+        bindir = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None)
+        if bindir is None or os.geteuid() != 0 and not os.access(bindir / "initdb", os.X_OK):
+            pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+        self.bindir = bindir
+        self.port = free_port()
+        self.data = workdir / "pgdata"
+        self.workdir = workdir
+
+    def url(self, database: str) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
+
+    def _run(self, *args: str) -> None:
+        # initdb and postgres refuse to run as root: the cluster belongs to `postgres`.
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *args], check=True, capture_output=True, cwd="/")
+
+    def init(self) -> None:
+        self.workdir.chmod(0o777)
+        self._run(
+            str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres"
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-w",
+            "start",
+            "-l",
+            str(self.workdir / "postgres.log"),
+        )
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+
+@contextmanager
+def web_server(env: Mapping[str, str], log: Path) -> Iterator[int]:
+    """daphne serving Accelplane on a free port with `env`; stopped on exit."""
+    port = free_port()
+    with log.open("w") as output:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+            + ["controlplane.asgi:application"],
+            cwd=ROOT,
+            env={**os.environ, "DEBUG": "true", **env},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_port(port, 30, "daphne")
+            yield port
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
