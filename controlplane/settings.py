@@ -120,7 +120,9 @@ if DATABASE_URL:
         # whose connections are checked when taken (a database restart leaves dead ones).
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
         DATABASES["default"]["OPTIONS"] = {
-            "pool": {"min_size": 1, "max_size": DATABASE_POOL_SIZE, "timeout": 10}
+            # Waiting longer for a connection than this answers 503: the database is down,
+            # or so busy that queueing more requests would only make it worse.
+            "pool": {"min_size": 1, "max_size": DATABASE_POOL_SIZE, "timeout": 3}
         }
     else:
         # Health checks: a connection that died with a database restart is replaced.

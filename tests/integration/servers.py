@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -69,16 +70,21 @@ class PrivateRedis:
 
 
 class PrivatePostgres:
-    """A PostgreSQL cluster in a temporary directory, run as the postgres user, trust auth."""
+    """A PostgreSQL cluster in a temporary directory, run as the postgres user, trust auth.
 
-    def __init__(self, workdir: Path):
+    The directory is outside pytest's (private to root), where the postgres user can reach it.
+    """
+
+    def __init__(self) -> None:
         bindir = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None)
-        if bindir is None or os.geteuid() != 0 and not os.access(bindir / "initdb", os.X_OK):
+        if bindir is None or not (bindir / "initdb").exists():
             pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
         self.bindir = bindir
         self.port = free_port()
-        self.data = workdir / "pgdata"
-        self.workdir = workdir
+        self.workdir = Path(tempfile.mkdtemp(prefix="accelplane-pg-"))
+        if os.geteuid() == 0:
+            shutil.chown(self.workdir, "postgres", "postgres")
+        self.data = self.workdir / "data"
 
     def url(self, database: str) -> str:
         return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
@@ -108,9 +114,16 @@ class PrivatePostgres:
             str(self.workdir / "postgres.log"),
         )
 
+    def createdb(self, name: str) -> None:
+        self._run(str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), name)
+
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 @contextmanager
