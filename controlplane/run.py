@@ -61,14 +61,20 @@ def commands(webs: int, workers: int) -> dict[str, list[str]]:
     }
 
 
+def stack_environment() -> bool:
+    """Check and complete the full stack's environment; False when it cannot run."""
+    if not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
+        print("--stack needs DATABASE_URL and REDIS_URL", file=sys.stderr)  # noqa: T201
+        return False
+    # Workers are there to admit: requests only store and queue (settings.py).
+    os.environ.setdefault("ACCELPLANE_ADMISSION", "worker")
+    return True
+
+
 def main() -> int:
     stack = "--stack" in sys.argv[1:]
-    if stack and not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
-        print("--stack needs DATABASE_URL and REDIS_URL", file=sys.stderr)  # noqa: T201
+    if stack and not stack_environment():
         return 2
-    if stack:
-        # Workers are there to admit: requests only store and queue (settings.py).
-        os.environ.setdefault("ACCELPLANE_ADMISSION", "worker")
     # A SIGTERM (docker stop, a supervisor) stops the children too, via the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     processes = {
