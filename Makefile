@@ -50,3 +50,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/kueue_tas.py
 	$(BIN)/python benchmarks/deep_queue.py
 	$(BIN)/python benchmarks/api_load.py
+	$(BIN)/python benchmarks/ws_fanout.py

@@ -147,8 +147,12 @@ if REDIS_URL:
     }
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            # Hundreds of sockets joining at once each borrow a connection (redis-py stops at
+            # 100 by default); reads wait longer than the layer's 5 s blocking pops.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "max_connections": 2000, "socket_timeout": 30}]
+            },
         }
     }
     CELERY_BROKER_URL = REDIS_URL

@@ -5,40 +5,24 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from channels_redis.core import RedisChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.db import transaction
 from django.utils import timezone
 
 from events.services import EVENTS_GROUP, record_event
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.asyncio,
+    pytest.mark.usefixtures("short_lived_connections"),
+]
 
 
-@pytest.fixture
-def listener():
-    """A channel in the `events` group of the Redis channel layer."""
-    layer = get_channel_layer()
-    assert isinstance(layer, RedisChannelLayer)
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(EVENTS_GROUP, channel)
-    yield layer, channel
-    async_to_sync(layer.group_discard)(EVENTS_GROUP, channel)
-
-
-def receive(listener, timeout=5.0):
-    layer, channel = listener
-
-    async def first():
-        return await asyncio.wait_for(layer.receive(channel), timeout)
-
-    return async_to_sync(first)()
-
-
-def test_an_event_committed_in_a_transaction_arrives_on_the_events_group(listener):
+def commit_event():
     with transaction.atomic():
-        event = record_event(
+        return record_event(
             "node_pool.created",
             at=timezone.now(),
             message="node pool gpupool is running with 3 nodes",
@@ -46,7 +30,18 @@ def test_an_event_committed_in_a_transaction_arrives_on_the_events_group(listene
             object_key="NodePool/llm-cluster/gpupool",
         )
 
-    message = receive(listener)
+
+async def test_an_event_committed_in_a_transaction_arrives_on_the_events_group():
+    # One process-wide subscription per group: Redis carries each event once per process.
+    layer = get_channel_layer()
+    assert isinstance(layer, RedisPubSubChannelLayer)
+    channel = await layer.new_channel()
+    await layer.group_add(EVENTS_GROUP, channel)
+    try:
+        event = await sync_to_async(commit_event, thread_sensitive=False)()
+        message = await asyncio.wait_for(layer.receive(channel), 5.0)
+    finally:
+        await layer.group_discard(EVENTS_GROUP, channel)
 
     assert message["type"] == "event.created"
     assert message["event"]["seq"] == event.seq

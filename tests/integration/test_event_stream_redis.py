@@ -10,7 +10,7 @@ import sys
 import pytest
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
-from channels_redis.core import RedisChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.contrib.auth.models import User
 
 from api.consumers import EventsConsumer
@@ -45,7 +45,7 @@ def admin():
 
 
 async def test_an_event_committed_by_another_process_arrives_over_redis(settings, admin):
-    assert isinstance(get_channel_layer(), RedisChannelLayer)
+    assert isinstance(get_channel_layer(), RedisPubSubChannelLayer)
     settings.ACCELPLANE_EVENTS_POLL_SECONDS = 600  # so only the channel layer can deliver it
     communicator = WebsocketCommunicator(EventsConsumer.as_asgi(), "/ws/events/?after=0")
     communicator.scope["user"] = admin

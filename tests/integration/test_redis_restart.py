@@ -33,12 +33,8 @@ def redis(tmp_path, settings):
     server = PrivateRedis(tmp_path)
     server.start()
     # Events this test commits are published on the private Redis too.
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [server.url]},
-        }
-    }
+    layer = settings.CHANNEL_LAYERS["default"]
+    settings.CHANNEL_LAYERS = {"default": {**layer, "CONFIG": {"hosts": [server.url]}}}
     yield server
     server.stop()
 
