@@ -173,9 +173,16 @@ def reconcile_cluster(cluster_id: int) -> Progress:
         return failure.fail(f"cluster {cluster.name}: {operation.error}")
     if not operation.done:
         return Progress(done=False, retry_after=POLL_SECONDS)
+    try:
+        access = provider.kubernetes_access(_cluster_spec(cluster))
+    except ProviderError as error:
+        return failure.provider_error(error)
     with transaction.atomic():
         if Cluster.objects.filter(pk=cluster.pk, status=Cluster.Status.PROVISIONING).update(
-            status=Cluster.Status.RUNNING, status_message=""
+            status=Cluster.Status.RUNNING,
+            status_message="",
+            endpoint=access.endpoint,
+            ca_certificate=access.ca_certificate,
         ):
             record_event(
                 "cluster.created",

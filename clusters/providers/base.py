@@ -60,6 +60,14 @@ class ProviderError(Exception):
         self.permanent = permanent
 
 
+@dataclass(frozen=True, slots=True)
+class KubernetesAccess:
+    endpoint: str
+    """Host or URL of the API server; empty when there is none (simulated clusters)."""
+    ca_certificate: str
+    """Base64 PEM, as GKE reports it."""
+
+
 class Provider(Protocol):
     def create_cluster(self, spec: ClusterSpec) -> Operation:
         """Start creating a cluster; returns the long-running operation."""
@@ -72,6 +80,9 @@ class Provider(Protocol):
 
     def list_nodes(self, spec: NodePoolSpec) -> list[NodeTemplate]:
         """The nodes of a created node pool, with their labels, taints and capacity."""
+
+    def kubernetes_access(self, spec: ClusterSpec) -> KubernetesAccess:
+        """Where a created cluster's Kubernetes API answers, for the Kubernetes backend."""
 
 
 def check_pool(spec: NodePoolSpec) -> None:

@@ -29,6 +29,7 @@ from clusters import catalog
 from clusters.catalog import NodeTemplate
 from clusters.providers.base import (
     ClusterSpec,
+    KubernetesAccess,
     NodePoolSpec,
     Operation,
     ProviderError,
@@ -154,6 +155,10 @@ class GkeProvider:
     def get_cluster(self, spec: ClusterSpec) -> GkeCluster:
         with _google_errors(f"cluster {spec.name}", spec.project):
             return _cluster_view(self._client.get_cluster(name=cluster_path(spec)))
+
+    def kubernetes_access(self, spec: ClusterSpec) -> KubernetesAccess:
+        cluster = self.get_cluster(spec)
+        return KubernetesAccess(cluster.endpoint, cluster.ca_certificate)
 
     def list_clusters(self, project: str, location: str) -> list[GkeCluster]:
         parent = location_path(ClusterSpec("", project, location))

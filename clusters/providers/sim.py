@@ -11,6 +11,7 @@ import time
 from clusters.catalog import NodeTemplate
 from clusters.providers.base import (
     ClusterSpec,
+    KubernetesAccess,
     NodePoolSpec,
     Operation,
     ProviderError,
@@ -43,3 +44,6 @@ class SimProvider:
 
     def list_nodes(self, spec: NodePoolSpec) -> list[NodeTemplate]:
         return catalog_nodes(spec)
+
+    def kubernetes_access(self, spec: ClusterSpec) -> KubernetesAccess:
+        return KubernetesAccess("", "")  # the simulator is the cluster

@@ -47,6 +47,10 @@ DEFAULT_MESSAGES = {
     "UNAVAILABLE": "The service is currently unavailable.",
 }
 
+# What GKE reports in masterAuth.clusterCaCertificate: a base64 PEM (this one is not a real CA).
+FAKE_CA_CERTIFICATE = (
+    "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCmZha2UKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
+)
 LOCATION = r"/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
 CLUSTER = LOCATION + r"/clusters/(?P<cluster>[^/:]+)"
 POOL = CLUSTER + r"/nodePools/(?P<pool>[^/:]+)"
@@ -182,7 +186,11 @@ class FakeGke(LoopbackServer):
         }
 
         def running() -> None:
-            self.clusters[path].update(status="RUNNING", endpoint="10.0.0.2")
+            self.clusters[path].update(
+                status="RUNNING",
+                endpoint="10.0.0.2",
+                masterAuth={"clusterCaCertificate": FAKE_CA_CERTIFICATE},
+            )
             for pool in pools:
                 pool["status"] = "RUNNING"
 

@@ -8,6 +8,7 @@ from clusters import services
 from clusters.models import Cluster, NodePool
 from clusters.providers.gke import GkeProvider
 from events.models import Event
+from tests.contract.fake_gke import FAKE_CA_CERTIFICATE
 
 CLUSTER_PATH = "projects/acme-ml/locations/us-central1/clusters/llm-cluster"
 
@@ -75,6 +76,14 @@ def test_a_gke_cluster_is_created_once_and_runs(cluster, fake_gke):
     sent = fake_gke.requests("POST", "/clusters")[0].body["cluster"]
     assert sent["addonsConfig"]["sliceControllerConfig"] == {"enabled": True}
     assert Event.objects.filter(kind="cluster.created").count() == 1
+
+
+def test_a_running_cluster_keeps_its_kubernetes_endpoint_and_ca(cluster, fake_gke):
+    reconcile_until_done(services.reconcile_cluster, cluster.pk)
+
+    cluster.refresh_from_db()
+    # What the Kubernetes backend connects with (workloads/kube/client.py).
+    assert (cluster.endpoint, cluster.ca_certificate) == ("10.0.0.2", FAKE_CA_CERTIFICATE)
 
 
 def test_a_crash_before_the_operation_is_saved_does_not_create_a_second_cluster(
