@@ -6,6 +6,7 @@ without shared state.
 
 from __future__ import annotations
 
+import math
 import time
 
 from clusters.catalog import NodeTemplate
@@ -25,7 +26,8 @@ class SimProvider:
         self.operation_seconds = operation_seconds
 
     def _start(self, kind: str, name: str) -> Operation:
-        deadline = time.time() + self.operation_seconds
+        # Rounded down: the id never promises a later end than the one polled for.
+        deadline = math.floor((time.time() + self.operation_seconds) * 1000) / 1000
         return Operation(id=f"sim-{kind}-{name}-{deadline:.3f}", done=self.operation_seconds <= 0)
 
     def create_cluster(self, spec: ClusterSpec) -> Operation:
