@@ -14,6 +14,7 @@ from rest_framework.views import exception_handler
 
 from clusters.catalog import CatalogError
 from teams.services import TeamError
+from workloads.kube.client import KubeError
 from workloads.manifests import ManifestError
 from workloads.services import ObjectNotFound
 
@@ -41,6 +42,13 @@ def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, CatalogError):
         return Response(
             {"detail": str(exc), "field": exc.field}, status=status.HTTP_400_BAD_REQUEST
+        )
+    if isinstance(exc, KubeError):
+        # The cluster's apiserver refused (its 4xx: the request's fault) or could not be reached.
+        refused = 400 <= exc.status < 500
+        return Response(
+            {"detail": str(exc), "apiserver_status": exc.status or None},
+            status=status.HTTP_400_BAD_REQUEST if refused else status.HTTP_502_BAD_GATEWAY,
         )
     if isinstance(exc, TeamError):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)

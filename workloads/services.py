@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from kubernetes import client
 
 from clusters.models import Cluster
 from events.services import record_event
 from workloads import manifests, pods, runtime, slicing, tasks
 from workloads.durations import parse_duration
 from workloads.history import object_event, workload_event
+from workloads.kube import apply as kube_apply
+from workloads.kube import client as kube_client
+from workloads.kube.apply import ObjectRef
+from workloads.kube.client import KubeError
 from workloads.manifests import Document, ManifestError, WorkloadShape
 from workloads.manifests.fields import Fields
 from workloads.models import (
@@ -29,6 +35,9 @@ from workloads.models import (
 )
 
 QUEUE_KINDS = frozenset(QUEUE_MODELS)
+# The API version of a queue object made in the UI (no manifest), to delete it on a cluster.
+KUEUE = "kueue.x-k8s.io/v1beta2"
+_API_VERSIONS = {"PriorityClass": "scheduling.k8s.io/v1"}
 # Kueue's webhooks name workloads <prefix>-<object>-<hash>.
 WORKLOAD_PREFIX = {"Job": "job", "JobSet": "jobset", "Deployment": "pod", "LeaderWorkerSet": "lws"}
 # (field, sim.accelplane.dev annotation, scenario `simulation` key), FORMAT.md's table.
@@ -92,18 +101,26 @@ def apply(
         with transaction.atomic():
             lookups = _Lookups(cluster, documents)
             results = [_apply_one(lookups, plan, now, simulation or {}) for plan in plans]
-    except ManifestError as error:
+            # Last, so that a refusal by the apiserver rolls all of it back.
+            with _on_cluster(cluster) as api:
+                if api is not None:
+                    for doc in documents:
+                        kube_apply.apply(api, doc.body, doc.namespace or "")
+    except (ManifestError, KubeError) as error:
         # Nothing of the request was stored; the refusal itself is part of the history.
+        where = (
+            {"source": error.source, "document": error.document, "path": error.path}
+            if isinstance(error, ManifestError)
+            else {}
+        )
         record_event(
             "workload.rejected",
             at=now,
             cluster=cluster.name,
             namespace=namespace or "",
-            object_key=error.object or "",
+            object_key=getattr(error, "object", "") or "",
             message=str(error),
-            source=error.source,
-            document=error.document,
-            path=error.path,
+            **where,
         )
         raise
     if admit:
@@ -113,7 +130,10 @@ def apply(
 
 def settle(cluster: Cluster, now: datetime) -> None:
     """Admission after a change: here and now, or by a worker soon after (settings:
-    ACCELPLANE_ADMISSION), where one run admits a whole burst of submissions."""
+    ACCELPLANE_ADMISSION), where one run admits a whole burst of submissions. On a real
+    cluster Kueue admits; what it decides comes back through the watch (workloads/kube)."""
+    if cluster.provider != Cluster.Provider.SIM:
+        return
     if settings.ACCELPLANE_ADMISSION == "worker":
         tasks.admit_soon(cluster)
     else:
@@ -389,6 +409,16 @@ def _create_workloads(
         )
 
 
+@contextmanager
+def _on_cluster(cluster: Cluster) -> Iterator[client.ApiClient | None]:
+    """The Kubernetes API of a real cluster; None for a simulated one (nothing to call)."""
+    if cluster.provider == Cluster.Provider.SIM:
+        yield None
+        return
+    with kube_client.api_client(cluster) as api:
+        yield api
+
+
 def get_object(cluster: Cluster, kind: str, namespace: str, name: str) -> KubeObject:
     obj = KubeObject.objects.filter(
         cluster=cluster, kind=kind, namespace=namespace or "", name=name
@@ -416,6 +446,9 @@ def scale(obj: KubeObject, replicas: int, now: datetime) -> None:
     body = manifests.scale(_as_document(obj, obj.manifest), replicas)
     with transaction.atomic():
         _scale_to(obj, replicas, now, body, _Lookups(obj.cluster, []))
+        with _on_cluster(obj.cluster) as api:
+            if api is not None:
+                kube_apply.scale(api, obj.kind, obj.namespace, obj.name, replicas)
     settle(obj.cluster, now)
 
 
@@ -487,6 +520,10 @@ def delete(obj: KubeObject, now: datetime) -> None:
             message=f"{obj.key} deleted",
         )
         obj.delete()
+        with _on_cluster(cluster) as api:
+            if api is not None:
+                ref = ObjectRef.of(obj.api_version, obj.kind, obj.namespace, obj.name)
+                kube_apply.delete(api, ref)
     settle(cluster, now)
 
 
@@ -523,6 +560,11 @@ def delete_queue_object(
         if problem:
             raise InUse(f"{row.key} {problem}")
         row.delete()
+        with _on_cluster(cluster) as api:
+            if api is not None:
+                api_version = row.manifest.get("apiVersion") or _API_VERSIONS.get(kind, KUEUE)
+                namespace_of = lookup.get("namespace", "")
+                kube_apply.delete(api, ObjectRef.of(api_version, kind, namespace_of, name))
         record_event(
             f"{kind.lower()}.deleted",
             at=now,

@@ -17,7 +17,6 @@ from workloads.kube import apply as kube
 from workloads.kube import checkpoints, watch
 from workloads.kube.client import from_endpoint
 from workloads.kube.ingest import ingest
-from workloads.manifests import load_documents
 from workloads.models import Checkpoint, KubeWatch, Workload
 
 FINETUNE_UID = "uid-finetune"
@@ -315,12 +314,14 @@ def test_the_gpu_seed_workflow_runs_through_the_kubernetes_backend(db, fake_kube
     for name in (*GPU_SEED_FILES, "fine-tune-l4.yaml", "tgi-gemma-2-9b-it-hp.yaml"):
         text = (GPU_SEED / name).read_text()
         options = {"namespace": "llm", "substitutions": GPU_SEED_PLACEHOLDERS}
-        services.apply(cluster, text, source=name, now=at(), admit=False, **options)
-        for doc in load_documents(
-            text, source=name, default_namespace="llm", substitutions=GPU_SEED_PLACEHOLDERS
-        ):
-            kube.apply(api, doc.body, namespace="llm")
-    assert len(fake_kube.requests("PATCH")) == 10
+        # Stored, then server-side applied to the cluster in the same call.
+        services.apply(cluster, text, source=name, now=at(), **options)
+    applied = fake_kube.requests("PATCH")
+    assert len(applied) == 10
+    trainer = next(c for c in applied if c.path.endswith("/jobs/finetune-gemma-l4"))
+    assert trainer.body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lq"
+    # Kueue admits on a real cluster, not Accelplane's scheduler.
+    assert not Workload.objects.filter(cluster=cluster).exclude(phase="Pending").exists()
     # Kueue on the cluster: admits the fine-tune, then the TGI pod preempts it.
     job_owner = ("Job", "finetune-gemma-l4")
     pod_owner = ("Pod", "tgi-gemma-deployment-6c9f8d7b5-abcde")
