@@ -275,4 +275,5 @@ LOGGING = {
 CELERY_BEAT_SCHEDULE = {
     "tick-clusters": {"task": "workloads.tasks.tick_clusters", "schedule": 2.0},
     "resume-provisioning": {"task": "clusters.tasks.resume_provisioning", "schedule": 15.0},
+    "watch-clusters": {"task": "workloads.tasks.watch_clusters", "schedule": 10.0},
 }

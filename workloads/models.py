@@ -344,6 +344,9 @@ class KubeWatch(models.Model):
         max_length=128, help_text="plural.group, e.g. workloads.kueue.x-k8s.io"
     )
     resource_version = models.CharField(max_length=64, blank=True)
+    leased_until = models.DateTimeField(
+        null=True, blank=True, help_text="a worker is watching until then; expired: nobody is"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -55,10 +55,23 @@ def tick_clusters() -> None:
     runtime.tick_live()
 
 
+@shared_task(ignore_result=True)
+def watch_clusters() -> None:
+    """Beat: a watch for every reachable GKE cluster that nobody is watching (its lease)."""
+    now = timezone.now()
+    for cluster_id in watch.watchable_clusters().values_list("pk", flat=True):
+        if watch.claim(cluster_id, now):
+            watch_kueue_workloads.delay(cluster_id)
+
+
 @shared_task(bind=True, ignore_result=True, acks_late=True)
 def watch_kueue_workloads(self, cluster_id: int) -> None:  # type: ignore[no-untyped-def]
-    """One bounded watch session of a real cluster's Kueue Workloads, then the next one."""
+    """One bounded watch session of a real cluster's Kueue Workloads, then the next one,
+    for as long as this worker holds the cluster's lease (renewed session by session)."""
     delay = watch.run_session(cluster_id)
     # Eager (embedded) runs would chain forever in one call stack; they watch once.
-    if delay is not None and not self.request.is_eager:
-        self.apply_async((cluster_id,), countdown=delay)
+    if delay is None or self.request.is_eager:
+        watch.release(cluster_id)
+        return
+    watch.renew(cluster_id, timezone.now(), delay)
+    self.apply_async((cluster_id,), countdown=delay)

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from clusters.models import Cluster
 from events.models import Event
@@ -417,7 +418,7 @@ def test_a_replacement_pods_workload_binds_the_same_replica_after_a_delete(clust
     ("delay", "next_sessions"), [(0, [((7,), 0)]), (5.0, [((7,), 5.0)]), (None, [])]
 )
 def test_the_watch_task_queues_the_next_session_until_the_cluster_is_not_watched(
-    monkeypatch, delay, next_sessions
+    db, monkeypatch, delay, next_sessions
 ):
     queued = []
     monkeypatch.setattr(watch, "run_session", lambda cluster_id: delay)
@@ -431,7 +432,7 @@ def test_the_watch_task_queues_the_next_session_until_the_cluster_is_not_watched
     assert queued == next_sessions
 
 
-def test_an_eager_watch_task_runs_one_session(monkeypatch):
+def test_an_eager_watch_task_runs_one_session(db, monkeypatch):
     sessions = []
     monkeypatch.setattr(watch, "run_session", lambda cluster_id: sessions.append(cluster_id) or 0)
 
@@ -444,3 +445,40 @@ def test_an_unreachable_apiserver_retries_the_session_later(cluster):
     Cluster.objects.filter(pk=cluster.pk).update(endpoint="http://127.0.0.1:9")
 
     assert watch.run_session(cluster.pk, timeout_seconds=1) == watch.RETRY_SECONDS
+
+
+def test_one_watcher_holds_a_clusters_lease_until_it_releases_or_it_expires(cluster):
+    now = at()
+    assert watch.claim(cluster.pk, now)
+    assert not watch.claim(cluster.pk, now + timedelta(seconds=watch.SESSION_SECONDS))
+    # A worker that died mid-session: its lease runs out and another worker takes over.
+    expired = now + timedelta(seconds=watch.SESSION_SECONDS) + watch.LEASE_MARGIN
+    assert watch.claim(cluster.pk, expired + timedelta(seconds=1))
+    watch.release(cluster.pk)
+    assert watch.claim(cluster.pk, expired + timedelta(seconds=2))
+
+
+def test_beat_starts_one_watch_per_reachable_cluster_and_no_second_one(cluster, monkeypatch):
+    started = []
+    monkeypatch.setattr(tasks.watch_kueue_workloads, "delay", started.append)
+    Cluster.objects.create(name="simulated", status="RUNNING")  # nothing to watch there
+
+    tasks.watch_clusters()
+    tasks.watch_clusters()  # the first session still holds the lease
+
+    assert started == [cluster.pk]
+
+
+def test_a_session_renews_its_lease_and_the_last_one_releases_it(cluster, monkeypatch):
+    monkeypatch.setattr(tasks.watch_kueue_workloads, "apply_async", lambda *a, **k: None)
+    monkeypatch.setattr(watch, "run_session", lambda cluster_id: 0)
+    started = timezone.now()
+    assert watch.claim(cluster.pk, started)
+    tasks.watch_kueue_workloads.run(cluster.pk)
+    lease = KubeWatch.objects.get(cluster=cluster).leased_until
+    # Held through the next session: the beat starts no second watcher meanwhile.
+    assert lease >= started + timedelta(seconds=watch.SESSION_SECONDS)
+
+    monkeypatch.setattr(watch, "run_session", lambda cluster_id: None)  # no longer watchable
+    tasks.watch_kueue_workloads.run(cluster.pk)
+    assert KubeWatch.objects.get(cluster=cluster).leased_until is None

@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import urllib3
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -107,15 +109,38 @@ def _store(state: KubeWatch, resource_version: str) -> None:
     state.save(update_fields=["resource_version", "updated_at"])
 
 
+# A session's lease covers the session and a margin for the task's queueing; a worker that
+# dies mid-session leaves a lease that expires this long after the session should have ended.
+LEASE_MARGIN = timedelta(seconds=60)
+
+
+def watchable_clusters() -> QuerySet[Cluster]:
+    """Running GKE clusters whose Kubernetes API Accelplane can reach."""
+    return Cluster.objects.filter(
+        provider=Cluster.Provider.GKE, status=Cluster.Status.RUNNING
+    ).exclude(endpoint="", kubeconfig="")
+
+
+def claim(cluster_id: int, now: datetime, seconds: float = SESSION_SECONDS) -> bool:
+    """Take the cluster's watch lease unless a live one is held: one watcher per cluster."""
+    KubeWatch.objects.get_or_create(cluster_id=cluster_id, resource=RESOURCE)
+    free = Q(leased_until__isnull=True) | Q(leased_until__lt=now)
+    until = now + timedelta(seconds=seconds) + LEASE_MARGIN
+    taken = KubeWatch.objects.filter(free, cluster_id=cluster_id, resource=RESOURCE)
+    return bool(taken.update(leased_until=until))
+
+
+def renew(cluster_id: int, now: datetime, seconds: float) -> None:
+    until = now + timedelta(seconds=seconds + SESSION_SECONDS) + LEASE_MARGIN
+    KubeWatch.objects.filter(cluster_id=cluster_id, resource=RESOURCE).update(leased_until=until)
+
+
+def release(cluster_id: int) -> None:
+    KubeWatch.objects.filter(cluster_id=cluster_id, resource=RESOURCE).update(leased_until=None)
+
+
 def watched_cluster(cluster_id: int) -> Cluster | None:
-    """A running GKE cluster whose Kubernetes API Accelplane can reach."""
-    return (
-        Cluster.objects.filter(
-            pk=cluster_id, provider=Cluster.Provider.GKE, status=Cluster.Status.RUNNING
-        )
-        .exclude(endpoint="", kubeconfig="")
-        .first()
-    )
+    return watchable_clusters().filter(pk=cluster_id).first()
 
 
 def run_session(cluster_id: int, timeout_seconds: int = SESSION_SECONDS) -> float | None:
