@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from rest_framework import serializers
 
+from clusters import credentials
 from clusters.models import Cluster, Node, NodePool
 from events.models import Event
 from events.services import serialize as serialize_event
@@ -171,6 +172,13 @@ class NodePoolSerializer(serializers.ModelSerializer[NodePool]):
 
 class ClusterSerializer(serializers.ModelSerializer[Cluster]):
     node_pools = NodePoolSerializer(many=True, read_only=True)
+    service_account_key = serializers.JSONField(
+        write_only=True,
+        required=False,
+        help_text="a gke cluster's own service account key (the JSON file, as an object or a "
+        "string); stored encrypted and never shown again. Without one, the workers' "
+        "Application Default Credentials.",
+    )
 
     class Meta:
         model = Cluster
@@ -190,10 +198,18 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "status_message",
             "created_at",
             "node_pools",
+            "service_account_key",
         ]
         read_only_fields = ["id", "status", "status_message", "created_at", "node_pools"]
         # A taken name is a conflict (409), answered by the view.
         extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
+
+    def validate_service_account_key(self, value: Any) -> str:
+        """Checked, then sealed: from here on only its ciphertext exists."""
+        try:
+            return credentials.seal(credentials.service_account_key(value))
+        except credentials.CredentialError as error:
+            raise serializers.ValidationError(str(error)) from None
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("provider") == Cluster.Provider.GKE and not attrs.get("project"):

@@ -44,6 +44,9 @@ class Cluster(models.Model):
     endpoint = models.CharField(max_length=255, blank=True, help_text="host or https:// URL")
     ca_certificate = models.TextField(blank=True, help_text="base64 PEM, as GKE reports it")
     kubeconfig = models.TextField(blank=True, help_text="uploaded; may hold credentials")
+    service_account_key = models.TextField(
+        blank=True, help_text="uploaded, encrypted (clusters.credentials); never shown"
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     status_message = models.TextField(blank=True)
     # GKE operation (or, for an adopted object, resource) names are long.

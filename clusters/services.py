@@ -9,9 +9,9 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from clusters import catalog
+from clusters import catalog, credentials
 from clusters.models import Cluster, Node, NodePool
-from clusters.providers import ProviderError, get_provider
+from clusters.providers import Provider, ProviderError, get_provider
 from clusters.providers.base import ClusterSpec, NodePoolSpec
 from events.services import record_event
 
@@ -27,6 +27,15 @@ class Progress:
 
     done: bool
     retry_after: float = 0.0
+
+
+def provider_for(cluster: Cluster) -> Provider:
+    """The cluster's provider, acting with the cluster's uploaded key when it has one."""
+    try:
+        key = credentials.unseal(cluster.service_account_key)
+    except credentials.CredentialError as error:
+        raise ProviderError(str(error), permanent=True) from None
+    return get_provider(cluster.provider, key)
 
 
 def _cluster_spec(cluster: Cluster) -> ClusterSpec:
@@ -160,7 +169,7 @@ def reconcile_cluster(cluster_id: int) -> Progress:
         return Progress(done=True)
     failure = _Failure(Cluster, cluster.pk, "cluster", cluster.name, f"Cluster/{cluster.name}")
     try:
-        provider = get_provider(cluster.provider)
+        provider = provider_for(cluster)
         if not cluster.operation_id:
             operation = provider.create_cluster(_cluster_spec(cluster))
             # Stored before waiting: a retried task resumes this operation, never starts another.
@@ -241,7 +250,7 @@ def reconcile_node_pool(pool_id: int) -> Progress:
     if pool.cluster.status == Cluster.Status.ERROR:
         return failure.fail(f"node pool {pool.name}: cluster {pool.cluster.name} failed")
     try:
-        provider = get_provider(pool.cluster.provider)
+        provider = provider_for(pool.cluster)
         if not pool.operation_id:
             operation = provider.create_node_pool(_pool_spec(pool))
             NodePool.objects.filter(pk=pool.pk, operation_id="").update(operation_id=operation.id)

@@ -192,6 +192,9 @@ ACCELPLANE_SIM_OPERATION_SECONDS = envint("ACCELPLANE_SIM_OPERATION_SECONDS", 3)
 # named; an endpoint override (plain http) points the client at a local fake (docs/gke.md).
 ACCELPLANE_GKE_ENDPOINT = os.environ.get("ACCELPLANE_GKE_ENDPOINT", "")
 ACCELPLANE_GKE_CREDENTIALS_FILE = os.environ.get("ACCELPLANE_GKE_CREDENTIALS_FILE", "")
+# Encrypts uploaded service account keys (a Fernet key: `python -c "from cryptography.fernet
+# import Fernet; print(Fernet.generate_key().decode())"`); unset, one derived from SECRET_KEY.
+ACCELPLANE_ENCRYPTION_KEY = os.environ.get("ACCELPLANE_ENCRYPTION_KEY", "")
 ACCELPLANE_MAX_MANIFEST_BYTES = envint("ACCELPLANE_MAX_MANIFEST_BYTES", 1_048_576)
 # Where admission runs after an API change: "request" (in the request, which then answers with
 # the outcome) or "worker" (a Celery task soon after, one per burst of changes per cluster,

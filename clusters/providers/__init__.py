@@ -16,7 +16,8 @@ PROVIDERS = {
 }
 
 
-def get_provider(name: str) -> Provider:
+def get_provider(name: str, credentials_info: dict[str, Any] | None = None) -> Provider:
+    """`credentials_info`: a cluster's own service account key; None: the workers' identity."""
     if name not in PROVIDERS:
         raise ProviderError(f"provider {name!r} is not available", permanent=True)
     module_name, class_name = PROVIDERS[name].rsplit(".", 1)
@@ -25,7 +26,8 @@ def get_provider(name: str) -> Provider:
         return provider_class(settings.ACCELPLANE_SIM_OPERATION_SECONDS)  # type: ignore[no-any-return]
     return provider_class(  # type: ignore[no-any-return]
         api_endpoint=settings.ACCELPLANE_GKE_ENDPOINT,
-        credentials_info=_service_account_key(settings.ACCELPLANE_GKE_CREDENTIALS_FILE),
+        credentials_info=credentials_info
+        or _service_account_key(settings.ACCELPLANE_GKE_CREDENTIALS_FILE),
     )
 
 

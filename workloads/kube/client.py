@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
+from typing import Any
 
 import google.auth
 import google.auth.exceptions
@@ -12,6 +14,7 @@ from django.conf import settings
 from google.oauth2 import service_account
 from kubernetes import client, config
 
+from clusters import credentials as cluster_credentials
 from clusters.models import Cluster
 
 GOOGLE_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
@@ -33,7 +36,9 @@ def api_client(cluster: Cluster) -> client.ApiClient:
     if cluster.endpoint.startswith("http://"):
         return from_endpoint(cluster.endpoint)
     try:
-        token = google_token()
+        token = google_token(cluster_credentials.unseal(cluster.service_account_key))
+    except cluster_credentials.CredentialError as error:
+        raise KubeError(f"cluster {cluster.name}: {error}") from None
     except google.auth.exceptions.GoogleAuthError as error:
         raise KubeError(f"cluster {cluster.name}: no Google token: {error}") from None
     return from_endpoint(cluster.endpoint, cluster.ca_certificate, token)
@@ -65,10 +70,15 @@ def from_endpoint(endpoint: str, ca_certificate: str = "", token: str = "") -> c
     return client.ApiClient(cfg)
 
 
-def google_token() -> str:
-    """An OAuth access token of the workers' Google identity (GKE maps it to RBAC)."""
+def google_token(key: Mapping[str, Any] | None = None) -> str:
+    """An OAuth access token of the cluster's uploaded key, else of the workers' Google
+    identity (GKE maps it to RBAC)."""
     path = settings.ACCELPLANE_GKE_CREDENTIALS_FILE
-    if path:
+    if key:
+        credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+            key, scopes=GOOGLE_SCOPES
+        )
+    elif path:
         credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
             path, scopes=GOOGLE_SCOPES
         )
