@@ -86,7 +86,8 @@ def kueue_preempts_it_for_tgi(fake_kube, cluster_pk: int) -> None:
     watch.run_session(cluster_pk, timeout_seconds=1)
 
 
-async def events_until(communicator, kind: str) -> list[tuple[str, str]]:
+async def events_until(communicator, kind: str) -> list[dict]:
+    """Kueue's workload transitions streamed to the socket, up to the first of `kind`."""
     seen = []
     while True:
         message = await communicator.receive_json_from(timeout=10)
@@ -94,9 +95,13 @@ async def events_until(communicator, kind: str) -> list[tuple[str, str]]:
             continue
         event = message["event"]
         if event["kind"].startswith("workload.") and event["kind"] != "workload.submitted":
-            seen.append((event["kind"], event["object"]))
+            seen.append(event)
         if event["kind"] == kind:
             return seen
+
+
+def transitions(events: list[dict]) -> list[tuple[str, str]]:
+    return [(event["kind"], event["object"]) for event in events]
 
 
 async def test_the_gpu_seed_runs_through_the_kubernetes_backend_to_the_browser(fake_kube):
@@ -118,14 +123,17 @@ async def test_the_gpu_seed_runs_through_the_kubernetes_backend_to_the_browser(f
     finally:
         await communicator.disconnect()
 
-    assert admitted == [
+    assert transitions(admitted) == [
         ("workload.quota_reserved", "Job/llm/finetune-gemma-l4"),
         ("workload.admitted", "Job/llm/finetune-gemma-l4"),
     ]
-    assert preempted == [
+    assert transitions(preempted) == [
         ("workload.quota_reserved", "Deployment/llm/tgi-gemma-deployment"),
         ("workload.admitted", "Deployment/llm/tgi-gemma-deployment"),
         ("workload.preempted", "Job/llm/finetune-gemma-l4"),
         ("workload.evicted", "Job/llm/finetune-gemma-l4"),
         ("workload.requeued", "Job/llm/finetune-gemma-l4"),
     ]
+    # Kueue names the preemptor by UID; the event names the object the team submitted.
+    (preemption,) = (e for e in preempted if e["kind"] == "workload.preempted")
+    assert preemption["data"]["preemptor_object"] == "Deployment/llm/tgi-gemma-deployment"

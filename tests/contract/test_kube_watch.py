@@ -11,7 +11,6 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from events.models import Event
-from tests.shared import GPU_SEED, GPU_SEED_FILES, GPU_SEED_PLACEHOLDERS, requires_shared
 from tests.support import GPU_QUEUES, NAMESPACE, at, deployment, job
 from workloads import services, tasks
 from workloads.kube import apply as kube
@@ -305,73 +304,6 @@ def test_the_watch_task_runs_a_session_and_stops_for_clusters_it_cannot_reach(
     assert finetune_row().phase == "Admitted"
     Cluster.objects.filter(pk=cluster.pk).update(endpoint="")
     assert watch.run_session(cluster.pk, timeout_seconds=1) is None
-
-
-@requires_shared
-def test_the_gpu_seed_workflow_runs_through_the_kubernetes_backend(db, fake_kube, api):
-    cluster = Cluster.objects.create(
-        name="gpu", provider="gke", project="p", status="RUNNING", endpoint=fake_kube.url
-    )
-    for name in (*GPU_SEED_FILES, "fine-tune-l4.yaml", "tgi-gemma-2-9b-it-hp.yaml"):
-        text = (GPU_SEED / name).read_text()
-        options = {"namespace": "llm", "substitutions": GPU_SEED_PLACEHOLDERS}
-        # Stored, then server-side applied to the cluster in the same call.
-        services.apply(cluster, text, source=name, now=at(), **options)
-    applied = fake_kube.requests("PATCH")
-    assert len(applied) == 10
-    trainer = next(c for c in applied if c.path.endswith("/jobs/finetune-gemma-l4"))
-    assert trainer.body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lq"
-    # Kueue admits on a real cluster, not Accelplane's scheduler.
-    assert not Workload.objects.filter(cluster=cluster).exclude(phase="Pending").exists()
-    # Kueue on the cluster: admits the fine-tune, then the TGI pod preempts it.
-    job_owner = ("Job", "finetune-gemma-l4")
-    pod_owner = ("Pod", "tgi-gemma-deployment-6c9f8d7b5-abcde")
-    fake_kube.put(
-        kueue_workload(
-            "job-finetune-gemma-l4-1",
-            "uid-ft",
-            job_owner,
-            QuotaReserved=RESERVED,
-            Admitted=ADMITTED,
-        )
-    )
-    watch.run_session(cluster.pk, timeout_seconds=1)
-    fake_kube.put(
-        kueue_workload(
-            "pod-tgi-1", INFERENCE_UID, pod_owner, QuotaReserved=RESERVED, Admitted=ADMITTED
-        )
-    )
-    fake_kube.put(
-        kueue_workload(
-            "job-finetune-gemma-l4-1",
-            "uid-ft",
-            job_owner,
-            QuotaReserved=("False", "Pending"),
-            Evicted=("True", "Preempted"),
-            Preempted=("True", "InClusterQueue"),
-            Requeued=("True", "Preempted"),
-        )
-    )
-
-    watch.run_session(cluster.pk, timeout_seconds=1)
-
-    events = (
-        Event.objects.filter(cluster="gpu", kind__startswith="workload.")
-        .exclude(kind="workload.submitted")
-        .order_by("id")
-    )
-    assert [(e.kind, e.object_key) for e in events] == [
-        ("workload.quota_reserved", "Job/llm/finetune-gemma-l4"),
-        ("workload.admitted", "Job/llm/finetune-gemma-l4"),
-        ("workload.quota_reserved", "Deployment/llm/tgi-gemma-deployment"),
-        ("workload.admitted", "Deployment/llm/tgi-gemma-deployment"),
-        ("workload.preempted", "Job/llm/finetune-gemma-l4"),
-        ("workload.evicted", "Job/llm/finetune-gemma-l4"),
-        ("workload.requeued", "Job/llm/finetune-gemma-l4"),
-    ]
-    assert events.get(kind="workload.preempted").data["preemptor_object"] == (
-        "Deployment/llm/tgi-gemma-deployment"
-    )
 
 
 def test_a_replacement_pods_workload_binds_the_same_replica_after_a_delete(cluster, api, fake_kube):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.workers import ROOT
+from tests.integration.workers import ROOT, stop
 
 
 def free_port() -> int:
@@ -143,9 +143,4 @@ def web_server(env: Mapping[str, str], log: Path) -> Iterator[int]:
             wait_for_port(port, 30, "daphne")
             yield port
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop(server)

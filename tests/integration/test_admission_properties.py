@@ -13,13 +13,11 @@ by several workers at once on PostgreSQL; after every step, from the database al
 from __future__ import annotations
 
 import itertools
-import threading
 from collections import Counter, defaultdict
 from datetime import timedelta
 
 import pytest
 import yaml
-from django.db import connection
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -34,6 +32,7 @@ from hypothesis.stateful import (
 from clusters import services as cluster_services
 from clusters.models import Cluster
 from events.models import Event
+from tests.integration.workers import race
 from tests.support import T0
 from workloads import runtime, services
 from workloads.models import ClusterQueue, KubeObject, Workload
@@ -234,23 +233,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.tick()
         self.usage_before = usage(self.holding())
         cluster, now = self.cluster, self.now
-        start = threading.Barrier(WORKERS)
-        errors: list[BaseException] = []
-
-        def worker() -> None:
-            try:
-                start.wait()
-                runtime.settle(cluster, now)
-            except BaseException as error:  # reported below, not lost in the thread
-                errors.append(error)
-            finally:
-                connection.close()
-
-        threads = [threading.Thread(target=worker) for _ in range(WORKERS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        errors = race(lambda: runtime.settle(cluster, now), WORKERS)
         assert not errors, errors
         self.check_quota()
 

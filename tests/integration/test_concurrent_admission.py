@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 
 import pytest
-from django.db import connection
 
 from events.models import Event
+from tests.integration.workers import race
 from tests.support import NAMESPACE, at, deployment
 from workloads import admission, services
 from workloads.models import Workload
@@ -18,28 +17,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 THREADS = 6
 REPLICAS = 8  # 2 GPUs each: 16 GPUs pending against a quota of 6
 GPU_QUOTA = 6000  # milli-units
-
-
-def race(target, threads=THREADS):
-    """Run `target` in several threads released at the same instant; return their exceptions."""
-    start = threading.Barrier(threads)
-    errors = []
-
-    def run():
-        try:
-            start.wait()
-            target()
-        except Exception as error:  # reported by the test, not lost in the thread
-            errors.append(error)
-        finally:
-            connection.close()
-
-    workers = [threading.Thread(target=run) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=60)
-    return errors
 
 
 @pytest.fixture
@@ -67,14 +44,14 @@ def reserved_gpus():
 
 
 def test_racing_admission_cycles_never_reserve_more_than_the_quota(pending_gpu_workloads):
-    errors = race(lambda: admission.admit_pending(pending_gpu_workloads, at(minutes=1)))
+    errors = race(lambda: admission.admit_pending(pending_gpu_workloads, at(minutes=1)), THREADS)
 
     assert errors == []
     assert 0 < reserved_gpus() <= GPU_QUOTA
 
 
 def test_racing_admission_cycles_admit_each_workload_at_most_once(pending_gpu_workloads):
-    errors = race(lambda: admission.admit_pending(pending_gpu_workloads, at(minutes=1)))
+    errors = race(lambda: admission.admit_pending(pending_gpu_workloads, at(minutes=1)), THREADS)
 
     assert errors == []
     reservations = Counter(

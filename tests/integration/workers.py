@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -71,11 +72,39 @@ class Workers:
 
     def stop(self) -> None:
         for worker, log in self.started:
-            if worker.poll() is None:
-                worker.terminate()
-                try:
-                    worker.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-                    worker.wait()
+            stop(worker)
             log.close()
+
+
+def race(target: Callable[[], object], threads: int) -> list[Exception]:
+    """Run `target` in several threads released at the same instant, each on its own database
+    connection (closed when it is done); return their exceptions."""
+    start = threading.Barrier(threads)
+    errors: list[Exception] = []
+
+    def run() -> None:
+        try:
+            start.wait()
+            target()
+        except Exception as error:  # reported by the test, not lost in the thread
+            errors.append(error)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    return errors
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not stopped within 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
