@@ -10,6 +10,8 @@
   the items and the current resourceVersion; a watch (?watch=true&resourceVersion=N) streams
   the changes after N as chunked JSON lines, then the new ones as they happen, until
   timeoutSeconds, and ends with a BOOKMARK when allowWatchBookmarks is set.
+- A Pod's log (GET .../pods/NAME/log) is the text a test put in `logs`; lists take an
+  equality `labelSelector`.
 - Test controls: `put` (a controller such as Kueue creating or updating an object, status
   included), `drop_next_watch(after=n)` (the next watch connection is cut after n events),
   `compact()` (watches from any older resourceVersion get a 410 Gone ERROR event).
@@ -58,7 +60,7 @@ SEGMENT = r"[^/]+"
 PATH = re.compile(
     rf"/(?:api/(?P<core>v1)|apis/(?P<group>{SEGMENT})/(?P<version>{SEGMENT}))"
     rf"(?:/namespaces/(?P<namespace>{SEGMENT}))?/(?P<plural>{SEGMENT})"
-    rf"(?:/(?P<name>{SEGMENT}))?(?:/(?P<subresource>scale|status))?"
+    rf"(?:/(?P<name>{SEGMENT}))?(?:/(?P<subresource>scale|status|log))?"
 )
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
@@ -138,6 +140,8 @@ class FakeKube(LoopbackServer):
     _compacted: int = 0
     _drop_after: int | None = None
     _changed: threading.Condition = field(default_factory=threading.Condition)
+    logs: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(namespace, pod) -> the text GET .../pods/NAME/log answers."""
 
     # Test controls.
 
@@ -193,9 +197,12 @@ class FakeKube(LoopbackServer):
         if not target.name:
             if call.method != "GET":
                 raise Refused(405, "MethodNotAllowed", f"{call.method} on a collection")
-            return self._list(target)
+            return self._list(target, call.query.get("labelSelector", ""))
         if target.namespaced != bool(target.namespace):
             raise Refused(404, "NotFound", "the server could not find the requested resource")
+        if call.method == "GET" and target.subresource == "log":
+            self._existing(target)
+            return self.logs.get((target.namespace, target.name), "")
         if call.method == "GET":
             return self._existing(target)
         if call.method == "DELETE":
@@ -221,6 +228,8 @@ class FakeKube(LoopbackServer):
         subresource = match["subresource"] or ""
         if subresource == "scale" and kind != "Deployment":
             raise Refused(404, "NotFound", f"{kind} has no scale subresource here")
+        if subresource == "log" and kind != "Pod":
+            raise Refused(404, "NotFound", f"{kind} has no log subresource")
         return Target(
             group,
             version,
@@ -323,7 +332,9 @@ class FakeKube(LoopbackServer):
         self._record("DELETED", target.key, obj)
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {}}
 
-    def _list(self, target: Target) -> dict[str, Any]:
+    def _list(self, target: Target, selector: str = "") -> dict[str, Any]:
+        """`selector`: equality terms `key=value,...`, the only kind Accelplane sends."""
+        wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
         return {
             "apiVersion": target.api_version,
             "kind": f"{target.kind}List",
@@ -332,6 +343,7 @@ class FakeKube(LoopbackServer):
                 self._as_version(obj, target)
                 for key, obj in sorted(self.objects.items())
                 if _selects(target, key)
+                and wanted.items() <= (obj["metadata"].get("labels") or {}).items()
             ],
         }
 
@@ -468,9 +480,11 @@ def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                 self._stream(call, authorization)
                 return
             status, answer = fake.handle(call, authorization)
-            data = json.dumps(answer).encode()
+            # A pod's log is plain text, everything else JSON.
+            text = isinstance(answer, str)
+            data = answer.encode() if text else json.dumps(answer).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", "text/plain" if text else "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

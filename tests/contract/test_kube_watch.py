@@ -414,3 +414,35 @@ def test_a_session_renews_its_lease_and_the_last_one_releases_it(cluster, monkey
     monkeypatch.setattr(watch, "run_session", lambda cluster_id: None)  # no longer watchable
     tasks.watch_kueue_workloads.run(cluster.pk)
     assert KubeWatch.objects.get(cluster=cluster).leased_until is None
+
+
+def trainer_pod(job_name: str, name: str) -> dict[str, Any]:
+    labels = {"batch.kubernetes.io/job-name": job_name}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
+        "spec": {"containers": [{"name": "trainer", "image": "trainer"}]},
+    }
+
+
+def test_a_session_records_checkpoints_from_the_training_pods_logs(cluster, fake_kube):
+    fake_kube.put(admitted_finetune())
+    fake_kube.put(trainer_pod("finetune", "finetune-0-abcde"))
+    fake_kube.put(trainer_pod("someone-elses-job", "other-0-fghij"))
+    fake_kube.logs[(NAMESPACE, "finetune-0-abcde")] = (
+        "{'loss': 1.92, 'epoch': 0.5}\n"
+        "[INFO|trainer.py:3984] Saving model checkpoint to /data/out/checkpoint-50\n"
+        "[INFO|trainer.py:3984] Saving model checkpoint to /data/out/checkpoint-100\n"
+    )
+    fake_kube.logs[(NAMESPACE, "other-0-fghij")] = "Saving model checkpoint to /x/checkpoint-900\n"
+
+    watch.run_session(cluster.pk, timeout_seconds=1)
+    watch.run_session(cluster.pk, timeout_seconds=1)  # the same lines read again add nothing
+
+    assert list(Checkpoint.objects.values_list("owner__name", "step", "path")) == [
+        ("finetune", 50, "/data/out/checkpoint-50"),
+        ("finetune", 100, "/data/out/checkpoint-100"),
+    ]
+    (read, *_) = fake_kube.requests("GET", "/pods/finetune-0-abcde/log")
+    assert int(read.query["sinceSeconds"]) == 2 * watch.SESSION_SECONDS

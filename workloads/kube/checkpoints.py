@@ -8,13 +8,23 @@ the step all the same, since it is the only number the line gives and it grows.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from clusters.models import Cluster
 from workloads.models import Checkpoint, Workload
 from workloads.runtime import latest_checkpoint_step, record_checkpoint
+
+logger = logging.getLogger(__name__)
+
+# The label the Job and JobSet controllers put on their pods, by owner kind.
+POD_LABELS = {"Job": "batch.kubernetes.io/job-name", "JobSet": "jobset.sigs.k8s.io/jobset-name"}
 
 SAVING = re.compile(
     r"Saving (?:model checkpoint|current state) to "
@@ -45,4 +55,27 @@ def record_from_log(row: Workload, lines: Iterable[str], at: datetime) -> list[C
         if saved.step > latest:
             recorded.append(record_checkpoint(row, saved.step, at, saved.path))
             latest = saved.step
+    return recorded
+
+
+def collect(
+    cluster: Cluster, api: client.ApiClient, at: datetime, since_seconds: int
+) -> list[Checkpoint]:
+    """Checkpoints in the last `since_seconds` of log of every running training pod on the
+    cluster (Jobs and JobSets Accelplane submitted and Kueue admitted)."""
+    core = client.CoreV1Api(api)
+    rows = Workload.objects.filter(
+        cluster=cluster, phase=Workload.Phase.ADMITTED, owner__kind__in=POD_LABELS
+    ).select_related("owner")
+    recorded: list[Checkpoint] = []
+    for row in rows:
+        selector = f"{POD_LABELS[row.owner.kind]}={row.owner.name}"
+        try:
+            pods = core.list_namespaced_pod(row.namespace, label_selector=selector).items
+            for name in (pod.metadata.name for pod in pods if pod.metadata and pod.metadata.name):
+                log = core.read_namespaced_pod_log(name, row.namespace, since_seconds=since_seconds)
+                recorded += record_from_log(row, str(log).splitlines(), at)
+        except ApiException as error:
+            # A pod that is gone or not started yet has no log to read; the next session tries.
+            logger.info("%s: no log for %s: %s", cluster.name, row.name, error.reason)
     return recorded

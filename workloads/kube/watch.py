@@ -20,7 +20,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from clusters.models import Cluster
-from workloads.kube import ingest
+from workloads.kube import checkpoints, ingest
 from workloads.kube.client import KubeError, api_client
 from workloads.models import KubeWatch
 
@@ -151,6 +151,9 @@ def run_session(cluster_id: int, timeout_seconds: int = SESSION_SECONDS) -> floa
     try:
         with api_client(cluster) as api:
             session = watch_workloads(cluster, api, timeout_seconds)
+            # Twice the session: lines logged while the last one ran are read again (and
+            # recorded once), not lost between sessions.
+            checkpoints.collect(cluster, api, timezone.now(), since_seconds=2 * SESSION_SECONDS)
     except (KubeError, ApiException, urllib3.exceptions.HTTPError) as error:
         logger.warning("%s: watch failed: %s", cluster.name, error)
         return RETRY_SECONDS
