@@ -58,12 +58,24 @@ def new_event(
         at=at,
         kind=kind,
         cluster=cluster,
-        namespace=namespace,
-        object_key=object_key,
+        namespace=_storable(namespace),
+        object_key=_storable(object_key),
         workload_name=workload,
-        message=message,
-        data=data,
+        message=_storable(message),
+        data=_storable(data),
     )
+
+
+def _storable(value: Any) -> Any:
+    """NUL characters escaped: PostgreSQL stores none in text or jsonb, and a refusal's
+    message may quote one from a bad manifest (as `\\u0000`, how JSON writes it)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\u0000")
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(v) for v in value]
+    return value
 
 
 def record_events(events: list[Event]) -> list[Event]:

@@ -125,3 +125,18 @@ def test_nothing_is_published_for_a_rolled_back_transaction(
     assert callbacks == []
     assert received(listener) == []
     assert not Event.objects.filter(kind="workload.admitted").exists()
+
+
+def test_a_nul_character_in_a_message_is_stored_escaped(db):
+    # A refusal quoting a bad manifest's value: PostgreSQL stores no NUL in text or jsonb.
+    event = record_event(
+        "workload.rejected",
+        at=at(),
+        message="spec.completionMode: contains a NUL character: 'In\x00dexed'",
+        path="spec.completionMode",
+        value={"bad\x00key": ["x\x00"]},
+    )
+
+    stored = Event.objects.get(pk=event.pk)
+    assert stored.message == "spec.completionMode: contains a NUL character: 'In\\u0000dexed'"
+    assert stored.data["value"] == {"bad\\u0000key": ["x\\u0000"]}
