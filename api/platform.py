@@ -52,11 +52,14 @@ class ClusterViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
     viewsets.GenericViewSet[Cluster],
 ):
     queryset = Cluster.objects.prefetch_related("node_pools").order_by("id")
     serializer_class = s.ClusterSerializer
     permission_classes = [IsAdminOrReadOnly]
+    # PATCH replaces a cluster's credentials; there is nothing else to PUT.
+    http_method_names = ["get", "post", "patch", "head", "options"]
 
     def perform_create(self, serializer: s.ClusterSerializer) -> None:  # type: ignore[override]
         data = dict(serializer.validated_data)
@@ -72,6 +75,17 @@ class ClusterViewSet(
         after = {k: v for k, v in serializer.data.items() if k != "node_pools"}
         name = serializer.instance.name
         audit(self.request, "created", f"Cluster/{name}", cluster=name, after=after)
+
+    def perform_update(self, serializer: s.ClusterSerializer) -> None:  # type: ignore[override]
+        cluster = serializer.instance
+        assert cluster is not None
+        before = s.ClusterSerializer(cluster).data["credentials"]
+        with transaction.atomic():
+            serializer.save()
+            # Which credentials changed, never what they hold.
+            after = serializer.data["credentials"]
+            key = f"Cluster/{cluster.name}"
+            audit(self.request, "configured", key, cluster=cluster.name, before=before, after=after)
 
     @extend_schema(methods=["GET"], responses=s.NodePoolSerializer(many=True))
     @extend_schema(

@@ -179,6 +179,17 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
         "string); stored encrypted and never shown again. Without one, the workers' "
         "Application Default Credentials.",
     )
+    kubeconfig = serializers.CharField(
+        write_only=True,
+        required=False,
+        trim_whitespace=False,
+        help_text="a gke cluster's kubeconfig (the file's text), used instead of the endpoint "
+        "GKE reports; stored encrypted and never shown again. A user authenticating with "
+        "gke-gcloud-auth-plugin gets a Google token instead; other exec plugins are refused.",
+    )
+    credentials = serializers.SerializerMethodField(
+        help_text="which uploaded credentials the cluster holds (never their contents)"
+    )
 
     class Meta:
         model = Cluster
@@ -198,7 +209,9 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "status_message",
             "created_at",
             "node_pools",
+            "credentials",
             "service_account_key",
+            "kubeconfig",
         ]
         read_only_fields = ["id", "status", "status_message", "created_at", "node_pools"]
         # A taken name is a conflict (409), answered by the view.
@@ -211,10 +224,46 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
         except credentials.CredentialError as error:
             raise serializers.ValidationError(str(error)) from None
 
+    def validate_kubeconfig(self, value: str) -> str:
+        try:
+            return credentials.seal(credentials.kubeconfig(value))
+        except credentials.CredentialError as error:
+            raise serializers.ValidationError(str(error)) from None
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs.get("provider") == Cluster.Provider.GKE and not attrs.get("project"):
+        if self.instance is not None:
+            return self._validate_update(attrs)
+        provider = attrs.get("provider", Cluster.Provider.SIM)
+        if provider == Cluster.Provider.GKE and not attrs.get("project"):
             raise serializers.ValidationError({"project": ["a gke cluster needs its project id"]})
+        if provider != Cluster.Provider.GKE:
+            _refuse_credentials(attrs, provider)
         return attrs
+
+    def _validate_update(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """After creation only the credentials change: the rest is the cluster itself."""
+        fixed = sorted(set(self.initial_data) - set(CREDENTIAL_FIELDS))
+        if fixed:
+            message = "is set when the cluster is created; only credentials change afterwards"
+            raise serializers.ValidationError({field: [message] for field in fixed})
+        assert isinstance(self.instance, Cluster)
+        if self.instance.provider != Cluster.Provider.GKE:
+            _refuse_credentials(attrs, self.instance.provider)
+        return attrs
+
+    def get_credentials(self, cluster: Cluster) -> dict[str, bool]:
+        return {field: bool(getattr(cluster, field)) for field in CREDENTIAL_FIELDS}
+
+
+CREDENTIAL_FIELDS = ("service_account_key", "kubeconfig")
+
+
+def _refuse_credentials(attrs: dict[str, Any], provider: str) -> None:
+    """Credentials are for real clusters; a simulated one would silently ignore them."""
+    given = [field for field in CREDENTIAL_FIELDS if field in attrs]
+    if given:
+        message = f"only a gke cluster takes credentials (this one is {provider})"
+        raise serializers.ValidationError({field: [message] for field in given})
 
 
 class QueueObjectSerializer(serializers.Serializer[Any]):

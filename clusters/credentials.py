@@ -1,7 +1,8 @@
-"""Service account keys uploaded for a cluster: checked, stored encrypted, never shown again.
+"""Credentials uploaded for a cluster (a service account key, a kubeconfig): checked, stored
+encrypted, never shown again.
 
 Encrypted with Fernet (AES-128-CBC + HMAC) under ACCELPLANE_ENCRYPTION_KEY, or, when that is
-unset, a key derived from SECRET_KEY: a stolen database alone does not reveal the keys.
+unset, a key derived from SECRET_KEY: a stolen database alone does not reveal them.
 """
 
 from __future__ import annotations
@@ -9,14 +10,26 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 
 # What google-auth needs of a service account key (its own loader checks the same).
 REQUIRED_FIELDS = ("client_email", "private_key", "token_uri")
+# The kubeconfig `gcloud container clusters get-credentials` writes authenticates with this
+# plugin; Accelplane stands in for it with its own Google identity and never runs it.
+GKE_AUTH_PLUGIN = "gke-gcloud-auth-plugin"
+# Kubeconfig fields that name files: on a worker they would read the worker's own files.
+FILE_FIELDS = {
+    "certificate-authority": "certificate-authority-data",
+    "client-certificate": "client-certificate-data",
+    "client-key": "client-key-data",
+    "tokenFile": "token",
+}
 
 
 class CredentialError(ValueError):
@@ -48,19 +61,78 @@ def service_account_key(value: str | Mapping[str, Any]) -> dict[str, Any]:
     return dict(value)
 
 
+def kubeconfig(text: str) -> dict[str, Any]:
+    """The uploaded kubeconfig reduced to its current context: one cluster, one user.
+
+    Refused: anything that would run a command (exec plugins other than GKE's, which is never
+    run) or read a file on the worker, and auth providers the Kubernetes client dropped.
+    """
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise CredentialError("is not YAML: upload the file kubectl reads") from None
+    if not isinstance(loaded, Mapping) or not loaded.get("current-context"):
+        raise CredentialError("is not a kubeconfig with a current-context")
+    context = _entry(loaded, "contexts", loaded["current-context"], "context")
+    cluster = _entry(loaded, "clusters", context.get("cluster"), "cluster")
+    user = _entry(loaded, "users", context.get("user"), "user")
+    if not cluster.get("server"):
+        raise CredentialError(f"cluster {context['cluster']!r} has no server")
+    for name, fields in ((context["cluster"], cluster), (context["user"], user)):
+        for field, embedded in FILE_FIELDS.items():
+            if field in fields:
+                raise CredentialError(
+                    f"{field} of {name!r} names a file on your machine: embed it as {embedded}"
+                )
+    if "auth-provider" in user:
+        raise CredentialError(
+            f"user {context['user']!r} uses an auth-provider, which the Kubernetes client no "
+            f"longer supports: use a token, a client certificate or {GKE_AUTH_PLUGIN}"
+        )
+    command = posixpath.basename(str((user.get("exec") or {}).get("command", "")))
+    if "exec" in user and command != GKE_AUTH_PLUGIN:
+        raise CredentialError(
+            f"user {context['user']!r} runs {command or 'a command'}: Accelplane never runs "
+            f"commands from an uploaded kubeconfig ({GKE_AUTH_PLUGIN} alone is understood)"
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "cluster", "cluster": dict(cluster)}],
+        "users": [{"name": "user", "user": dict(user)}],
+        "contexts": [{"name": "context", "context": {"cluster": "cluster", "user": "user"}}],
+        "current-context": "context",
+    }
+
+
+def _entry(loaded: Mapping[str, Any], section: str, name: Any, field: str) -> Mapping[str, Any]:
+    for item in loaded.get(section) or []:
+        if isinstance(item, Mapping) and item.get("name") == name:
+            value = item.get(field)
+            if isinstance(value, Mapping):
+                return value
+    raise CredentialError(f"{section} has no {field} named {name!r}")
+
+
+def authenticates_with_google(config: Mapping[str, Any]) -> bool:
+    """The kubeconfig's user is GKE's auth plugin: a Google token stands in for it."""
+    return "exec" in config["users"][0]["user"]
+
+
 def seal(key: Mapping[str, Any]) -> str:
     return _fernet().encrypt(json.dumps(key).encode()).decode()
 
 
 def unseal(token: str) -> dict[str, Any] | None:
-    """The stored key, or None when there is none (Application Default Credentials)."""
+    """The stored credential, or None when there is none (for a key: Application Default
+    Credentials)."""
     if not token:
         return None
     try:
         key: dict[str, Any] = json.loads(_fernet().decrypt(token.encode()))
     except InvalidToken:
         raise CredentialError(
-            "the stored service account key cannot be decrypted: ACCELPLANE_ENCRYPTION_KEY "
+            "the stored credentials cannot be decrypted: ACCELPLANE_ENCRYPTION_KEY "
             "(or SECRET_KEY) changed since it was uploaded; upload it again"
         ) from None
     return key

@@ -3,9 +3,11 @@ and the identity its GKE client acts as."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from django.contrib.auth.models import User
@@ -16,6 +18,9 @@ from clusters.models import Cluster
 from clusters.services import provider_for
 from events.models import Event
 from teams import services as teams
+from workloads.kube import apply as kube
+from workloads.kube import client as kube_client
+from workloads.kube.client import api_client
 
 pytestmark = pytest.mark.django_db
 
@@ -113,3 +118,125 @@ def test_a_key_sealed_under_another_secret_is_a_clear_error(settings, key):
 
     with pytest.raises(credentials.CredentialError, match="upload it again"):
         credentials.unseal(sealed)
+
+
+# Kubeconfigs.
+
+
+def kubeconfig_text(user: dict, server: str = "https://34.1.2.3", **cluster: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "gke", "cluster": {"server": server, **cluster}}],
+            "users": [{"name": "me", "user": user}, {"name": "other", "user": {"token": "x"}}],
+            "contexts": [{"name": "ctx", "context": {"cluster": "gke", "user": "me"}}],
+            "current-context": "ctx",
+        }
+    )
+
+
+GCLOUD_USER = {
+    "exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "command": "/usr/lib/google-cloud-sdk/bin/gke-gcloud-auth-plugin",
+        "provideClusterInfo": True,
+    }
+}
+
+
+def test_an_uploaded_kubeconfig_is_sealed_and_reaches_the_apiserver_with_its_token(
+    admin, fake_kube, django_capture_on_commit_callbacks
+):
+    fake_kube.token = "s3cret-token"
+    text = kubeconfig_text({"token": "s3cret-token"}, server=fake_kube.url)
+
+    response = create(admin, django_capture_on_commit_callbacks, kubeconfig=text)
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["credentials"] == {"service_account_key": False, "kubeconfig": True}
+    cluster = Cluster.objects.get()
+    shown = admin.get(f"/api/v1/clusters/{cluster.pk}").content.decode()
+    history = json.dumps(list(Event.objects.values_list("data", "message")))
+    assert "s3cret-token" not in cluster.kubeconfig + shown + history
+    with api_client(cluster) as api:
+        kube.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "llm"}})
+    assert fake_kube.requests("PATCH", "/namespaces/llm")[0].status == 200
+
+
+def test_gcloud_kubeconfigs_plugin_is_never_run_a_google_token_stands_in(
+    admin, monkeypatch, django_capture_on_commit_callbacks
+):
+    ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    text = kubeconfig_text(GCLOUD_USER, **{"certificate-authority-data": ca.decode()})
+    monkeypatch.setattr(kube_client, "google_token", lambda key: "google-token")
+
+    assert create(admin, django_capture_on_commit_callbacks, kubeconfig=text).status_code == 201
+    with api_client(Cluster.objects.get()) as api:
+        assert api.configuration.host == "https://34.1.2.3"
+        assert api.configuration.ca_cert_data.startswith("-----BEGIN CERTIFICATE-----")
+        assert api.configuration.auth_settings()["BearerToken"]["value"] == "Bearer google-token"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{not: [yaml", "is not YAML"),
+        ("token: s3cret\n", "is not a kubeconfig with a current-context"),
+        (
+            kubeconfig_text({"exec": {"command": "curl", "args": ["evil.example"]}}),
+            "user 'me' runs curl: Accelplane never runs commands",
+        ),
+        (
+            kubeconfig_text({"client-key": "/home/me/.kube/key.pem"}),
+            "client-key of 'me' names a file on your machine: embed it as client-key-data",
+        ),
+        (
+            kubeconfig_text({"token": "t"}, **{"certificate-authority": "/etc/ca.pem"}),
+            "certificate-authority of 'gke' names a file",
+        ),
+        (kubeconfig_text({"auth-provider": {"name": "gcp"}}), "uses an auth-provider"),
+        (kubeconfig_text({"token": "t"}, server=""), "cluster 'gke' has no server"),
+    ],
+)
+def test_a_kubeconfig_that_would_run_or_read_anything_is_refused_by_field(
+    admin, text, problem, django_capture_on_commit_callbacks
+):
+    response = create(admin, django_capture_on_commit_callbacks, kubeconfig=text)
+
+    assert response.status_code == 400
+    assert problem in response.json()["kubeconfig"][0]
+    assert "s3cret" not in response.content.decode()
+    assert not Cluster.objects.exists()
+
+
+def test_a_simulated_cluster_takes_no_credentials(admin, django_capture_on_commit_callbacks):
+    text = kubeconfig_text({"token": "t"})
+    body = {"name": "sim-cluster", "kubeconfig": text}
+    with django_capture_on_commit_callbacks(execute=False):
+        response = admin.post("/api/v1/clusters", body, format="json")
+
+    assert response.status_code == 400
+    assert "only a gke cluster takes credentials" in response.json()["kubeconfig"][0]
+
+
+def test_patch_replaces_credentials_audits_which_and_changes_nothing_else(
+    admin, key, django_capture_on_commit_callbacks
+):
+    created = create(admin, django_capture_on_commit_callbacks).json()
+    url = f"/api/v1/clusters/{created['id']}"
+
+    rotated = admin.patch(url, {"kubeconfig": kubeconfig_text({"token": "t2"})}, format="json")
+    renamed = admin.patch(url, {"name": "other", "service_account_key": key}, format="json")
+
+    assert rotated.status_code == 200, rotated.json()
+    assert rotated.json()["credentials"] == {"service_account_key": False, "kubeconfig": True}
+    assert renamed.status_code == 400
+    assert "only credentials change afterwards" in renamed.json()["name"][0]
+    assert not Cluster.objects.get().service_account_key  # nothing half-applied
+    assert admin.put(url, {"name": "x"}, format="json").status_code == 405
+    audit = Event.objects.get(kind="audit.configured")
+    assert audit.object_key == "Cluster/llm-cluster"
+    assert audit.data["before"] == {"service_account_key": False, "kubeconfig": False}
+    assert audit.data["after"] == {"service_account_key": False, "kubeconfig": True}
+    assert "t2" not in json.dumps(audit.data)

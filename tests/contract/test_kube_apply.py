@@ -7,6 +7,7 @@ import base64
 import pytest
 import yaml
 
+from clusters import credentials
 from clusters.models import Cluster
 from tests.shared import GPU_SEED, GPU_SEED_FILES, GPU_SEED_PLACEHOLDERS, requires_shared
 from workloads.kube import apply as kube
@@ -221,18 +222,18 @@ def test_an_unreachable_apiserver_is_a_clear_error():
 def test_a_kubeconfigs_token_is_sent(fake_kube):
     fake_kube.token = "s3cret"
 
-    with from_kubeconfig(kubeconfig(fake_kube.url, "s3cret")) as api:
+    with from_kubeconfig(credentials.kubeconfig(kubeconfig(fake_kube.url, "s3cret"))) as api:
         kube.apply(api, DEPLOYMENT)
     with (
-        from_kubeconfig(kubeconfig(fake_kube.url, "wrong")) as api,
+        from_kubeconfig(credentials.kubeconfig(kubeconfig(fake_kube.url, "wrong"))) as api,
         pytest.raises(KubeError, match="401"),
     ):
         kube.apply(api, DEPLOYMENT)
 
 
 def test_a_broken_kubeconfig_is_refused_without_echoing_it():
-    with pytest.raises(KubeError) as refused:
-        from_kubeconfig("token: s3cret\n")
+    with pytest.raises(credentials.CredentialError) as refused:
+        credentials.kubeconfig("token: s3cret\n")
 
     assert "s3cret" not in str(refused.value)
 

@@ -9,7 +9,6 @@ from typing import Any
 import google.auth
 import google.auth.exceptions
 import google.auth.transport.requests
-import yaml
 from django.conf import settings
 from google.oauth2 import service_account
 from kubernetes import client, config
@@ -29,30 +28,40 @@ class KubeError(Exception):
 
 
 def api_client(cluster: Cluster) -> client.ApiClient:
-    if cluster.kubeconfig:
-        return from_kubeconfig(cluster.kubeconfig)
-    if not cluster.endpoint:
-        raise KubeError(f"cluster {cluster.name} has no Kubernetes endpoint or kubeconfig yet")
-    if cluster.endpoint.startswith("http://"):
-        return from_endpoint(cluster.endpoint)
     try:
-        token = google_token(cluster_credentials.unseal(cluster.service_account_key))
+        if cluster.kubeconfig:
+            kubeconfig = cluster_credentials.unseal(cluster.kubeconfig) or {}
+            if not cluster_credentials.authenticates_with_google(kubeconfig):
+                return from_kubeconfig(kubeconfig)
+            server = kubeconfig["clusters"][0]["cluster"]
+            return from_endpoint(
+                server["server"], server.get("certificate-authority-data", ""), _token(cluster)
+            )
+        if not cluster.endpoint:
+            raise KubeError(f"cluster {cluster.name} has no Kubernetes endpoint or kubeconfig yet")
+        if cluster.endpoint.startswith("http://"):
+            return from_endpoint(cluster.endpoint)
+        return from_endpoint(cluster.endpoint, cluster.ca_certificate, _token(cluster))
     except cluster_credentials.CredentialError as error:
         raise KubeError(f"cluster {cluster.name}: {error}") from None
+
+
+def _token(cluster: Cluster) -> str:
+    try:
+        return google_token(cluster_credentials.unseal(cluster.service_account_key))
     except google.auth.exceptions.GoogleAuthError as error:
         raise KubeError(f"cluster {cluster.name}: no Google token: {error}") from None
-    return from_endpoint(cluster.endpoint, cluster.ca_certificate, token)
 
 
-def from_kubeconfig(text: str) -> client.ApiClient:
+def from_kubeconfig(kubeconfig: Mapping[str, Any]) -> client.ApiClient:
+    """`kubeconfig` as clusters.credentials.kubeconfig reduced it (nothing to run or read)."""
     try:
-        loaded = yaml.safe_load(text)
         # persist_config=False: never write refreshed tokens back anywhere.
         api: client.ApiClient = config.new_client_from_config_dict(  # type: ignore[no-untyped-call]
-            loaded, persist_config=False
+            dict(kubeconfig), persist_config=False
         )
         return api
-    except (yaml.YAMLError, config.ConfigException) as error:
+    except config.ConfigException as error:
         # Name the problem, never echo the file: it may hold tokens.
         raise KubeError(f"the kubeconfig is not usable: {type(error).__name__}") from None
 
