@@ -1,8 +1,10 @@
-"""`make run`: the web server, a Celery worker and Celery beat, stopped together on Ctrl-C.
+"""`make run`: the web server, a Celery worker, the watcher and Celery beat, stopped together
+on Ctrl-C.
 
 `--stack` (`make stack`) starts the full stack's processes instead: two web servers (PORT and
-PORT+1) and two workers beside beat, on the PostgreSQL and Redis that DATABASE_URL and
-REDIS_URL name.
+PORT+1) and two workers beside the watcher and beat, on the PostgreSQL and Redis that
+DATABASE_URL and REDIS_URL name. The watcher is a thread-pool worker of the `watch` queue:
+the long watch sessions of real clusters' apiservers.
 """
 
 from __future__ import annotations
@@ -19,18 +21,20 @@ PORT = os.environ.get("ACCELPLANE_PORT", "8000")
 
 def commands(webs: int, workers: int) -> dict[str, list[str]]:
     python = sys.executable
-    worker = [
+    celery_worker = [
         python,
         "-m",
         "celery",
         "-A",
         "controlplane",
         "worker",
-        "--pool=solo",
         "--loglevel=WARNING",
         "--without-gossip",
         "--without-mingle",
     ]
+    worker = [*celery_worker, "--pool=solo"]
+    # Sessions block on sockets, not the CPU: threads, as many as clusters x resources.
+    watcher = [*celery_worker, "--queues=watch", "--pool=threads", "--concurrency=32"]
     ports = [str(int(PORT) + i) for i in range(webs)]
     return {
         **{
@@ -47,6 +51,7 @@ def commands(webs: int, workers: int) -> dict[str, list[str]]:
             for port in ports
         },
         **{f"worker-{i}": [*worker, "--hostname", f"worker{i}@%h"] for i in range(workers)},
+        "watcher": [*watcher, "--hostname", "watcher@%h"],
         "beat": [
             python,
             "-m",

@@ -277,6 +277,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 
+# Watch sessions wait on an apiserver for minutes: their own queue, and a thread-pool worker
+# (controlplane/run.py, docker-compose.yml) so they never hold the admitting workers.
+CELERY_TASK_ROUTES = {"workloads.tasks.watch_resource": {"queue": "watch"}}
 CELERY_BEAT_SCHEDULE = {
     "tick-clusters": {"task": "workloads.tasks.tick_clusters", "schedule": 2.0},
     "resume-provisioning": {"task": "clusters.tasks.resume_provisioning", "schedule": 15.0},

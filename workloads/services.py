@@ -377,8 +377,11 @@ def _create_workloads(
     doc: Document,
 ) -> None:
     pod_sets = [asdict(p) for p in shape.pod_sets]
+    # A real cluster's pods come from its watch (kube/mirror.py), never from the simulator.
+    simulated = obj.cluster.provider == Cluster.Provider.SIM
     if not shape.queue_name:
-        pods.create_unmanaged(obj, pod_sets, replicas, now)
+        if simulated:
+            pods.create_unmanaged(obj, pod_sets, replicas, now)
         return
     priority, priority_class = _priority(lookups, doc, shape)
     indexes = replicas if shape.per_replica else range(1)
@@ -397,7 +400,7 @@ def _create_workloads(
             pod_sets=pod_sets,
             queued_at=now,
         )
-        if pods.is_pod_owned(obj):
+        if simulated and pods.is_pod_owned(obj):
             pods.create_gated(row, now)
         workload_event(
             "workload.submitted",

@@ -57,21 +57,28 @@ def tick_clusters() -> None:
 
 @shared_task(ignore_result=True)
 def watch_clusters() -> None:
-    """Beat: a watch for every reachable GKE cluster that nobody is watching (its lease)."""
+    """Beat: a watch of each resource of every reachable GKE cluster that nobody is watching
+    (its lease)."""
     now = timezone.now()
     for cluster_id in watch.watchable_clusters().values_list("pk", flat=True):
-        if watch.claim(cluster_id, now):
-            watch_kueue_workloads.delay(cluster_id)
+        for resource in watch.WATCHED:
+            if watch.claim(cluster_id, resource, now):
+                watch_resource.delay(cluster_id, resource)
 
 
 @shared_task(bind=True, ignore_result=True, acks_late=True)
-def watch_kueue_workloads(self, cluster_id: int) -> None:  # type: ignore[no-untyped-def]
-    """One bounded watch session of a real cluster's Kueue Workloads, then the next one,
-    for as long as this worker holds the cluster's lease (renewed session by session)."""
-    delay = watch.run_session(cluster_id)
+def watch_resource(self, cluster_id: int, resource: str) -> None:  # type: ignore[no-untyped-def]
+    """One bounded watch session of a real cluster's Kueue Workloads, Pods or Nodes, then the
+    next one, for as long as this worker holds the lease (renewed session by session).
+
+    Routed to the `watch` queue (settings.CELERY_TASK_ROUTES): a session waits on the
+    apiserver for minutes, so watches get a thread-pool worker of their own instead of
+    holding the workers that admit and provision.
+    """
+    delay = watch.run_session(cluster_id, resource)
     # Eager (embedded) runs would chain forever in one call stack; they watch once.
     if delay is None or self.request.is_eager:
-        watch.release(cluster_id)
+        watch.release(cluster_id, resource)
         return
-    watch.renew(cluster_id, timezone.now(), delay)
-    self.apply_async((cluster_id,), countdown=delay)
+    watch.renew(cluster_id, resource, timezone.now(), delay)
+    self.apply_async((cluster_id, resource), countdown=delay)

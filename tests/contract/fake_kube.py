@@ -13,8 +13,9 @@
 - A Pod's log (GET .../pods/NAME/log) is the text a test put in `logs`; lists take an
   equality `labelSelector`.
 - Test controls: `put` (a controller such as Kueue creating or updating an object, status
-  included), `drop_next_watch(after=n)` (the next watch connection is cut after n events),
-  `compact()` (watches from any older resourceVersion get a 410 Gone ERROR event).
+  included), `remove` (one deleting it), `drop_next_watch(after=n)` (the next watch
+  connection is cut after n events), `compact()` (watches from any older resourceVersion
+  get a 410 Gone ERROR event).
 - `calls` logs every request for tests to assert on.
 """
 
@@ -42,6 +43,7 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool, frozenset[str]]] = {
     ("", "configmaps"): ("ConfigMap", True, frozenset({"v1"})),
     ("", "secrets"): ("Secret", True, frozenset({"v1"})),
     ("", "pods"): ("Pod", True, frozenset({"v1"})),
+    ("", "nodes"): ("Node", False, frozenset({"v1"})),
     ("apps", "deployments"): ("Deployment", True, frozenset({"v1"})),
     ("batch", "jobs"): ("Job", True, frozenset({"v1"})),
     ("jobset.x-k8s.io", "jobsets"): ("JobSet", True, frozenset({"v1alpha2"})),
@@ -150,6 +152,12 @@ class FakeKube(LoopbackServer):
         with self._changed:
             target = self._target_of(obj)
             return self._store(target.key, copy.deepcopy(obj), keep_status=False)
+
+    def remove(self, obj: dict[str, Any]) -> None:
+        """A controller (or the kubelet, or GKE) deletes an object: DELETED."""
+        with self._changed:
+            key = self._target_of(obj).key
+            self._record("DELETED", key, self.objects.pop(key))
 
     def get(self, group: str, plural: str, namespace: str, name: str) -> dict[str, Any]:
         with self._changed:

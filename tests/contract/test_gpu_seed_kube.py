@@ -63,7 +63,7 @@ def kueue_admits_the_finetune(fake_kube, cluster_pk: int) -> None:
             "job-finetune", "uid-ft", FINETUNE, QuotaReserved=RESERVED, Admitted=ADMITTED
         )
     )
-    watch.run_session(cluster_pk, timeout_seconds=1)
+    watch.run_session(cluster_pk, watch.WORKLOADS.resource, timeout_seconds=1)
 
 
 def kueue_preempts_it_for_tgi(fake_kube, cluster_pk: int) -> None:
@@ -82,8 +82,8 @@ def kueue_preempts_it_for_tgi(fake_kube, cluster_pk: int) -> None:
         )
     )
     fake_kube.drop_next_watch(after=1)  # the connection drops mid-stream: the next resumes
-    watch.run_session(cluster_pk, timeout_seconds=1)
-    watch.run_session(cluster_pk, timeout_seconds=1)
+    watch.run_session(cluster_pk, watch.WORKLOADS.resource, timeout_seconds=1)
+    watch.run_session(cluster_pk, watch.WORKLOADS.resource, timeout_seconds=1)
 
 
 async def events_until(communicator, kind: str) -> list[dict]:

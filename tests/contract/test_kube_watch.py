@@ -26,6 +26,7 @@ PREEMPTED_MESSAGE = (
     "due to prioritization in the ClusterQueue"
 )
 _seconds = itertools.count(1)
+WORKLOADS = watch.WORKLOADS.resource
 
 
 def stamp() -> str:
@@ -234,11 +235,11 @@ def test_checkpoint_lines_older_than_the_latest_are_not_recorded(cluster):
 
 
 def session(cluster: Cluster, api) -> watch.Session:
-    return watch.watch_workloads(cluster, api, timeout_seconds=1)
+    return watch.watch_resource(cluster, api, watch.WORKLOADS, timeout_seconds=1)
 
 
 def stored_version(cluster: Cluster) -> str:
-    return KubeWatch.objects.get(cluster=cluster).resource_version
+    return KubeWatch.objects.get(cluster=cluster, resource=WORKLOADS).resource_version
 
 
 def test_the_first_session_lists_then_watches_and_stores_the_version(cluster, api, fake_kube):
@@ -300,10 +301,10 @@ def test_the_watch_task_runs_a_session_and_stops_for_clusters_it_cannot_reach(
 ):
     fake_kube.put(admitted_finetune())
 
-    assert watch.run_session(cluster.pk, timeout_seconds=1) == 0
+    assert watch.run_session(cluster.pk, WORKLOADS, timeout_seconds=1) == 0
     assert finetune_row().phase == "Admitted"
     Cluster.objects.filter(pk=cluster.pk).update(endpoint="")
-    assert watch.run_session(cluster.pk, timeout_seconds=1) is None
+    assert watch.run_session(cluster.pk, WORKLOADS, timeout_seconds=1) is None
 
 
 def test_a_replacement_pods_workload_binds_the_same_replica_after_a_delete(cluster, api, fake_kube):
@@ -347,72 +348,82 @@ def test_a_replacement_pods_workload_binds_the_same_replica_after_a_delete(clust
 
 
 @pytest.mark.parametrize(
-    ("delay", "next_sessions"), [(0, [((7,), 0)]), (5.0, [((7,), 5.0)]), (None, [])]
+    ("delay", "next_sessions"),
+    [(0, [((7, "pods"), 0)]), (5.0, [((7, "pods"), 5.0)]), (None, [])],
 )
 def test_the_watch_task_queues_the_next_session_until_the_cluster_is_not_watched(
     db, monkeypatch, delay, next_sessions
 ):
     queued = []
-    monkeypatch.setattr(watch, "run_session", lambda cluster_id: delay)
-    task = tasks.watch_kueue_workloads
+    monkeypatch.setattr(watch, "run_session", lambda cluster_id, resource: delay)
+    task = tasks.watch_resource
     monkeypatch.setattr(
         task, "apply_async", lambda args, countdown: queued.append((args, countdown))
     )
 
-    task.run(7)
+    task.run(7, "pods")
 
     assert queued == next_sessions
 
 
 def test_an_eager_watch_task_runs_one_session(db, monkeypatch):
     sessions = []
-    monkeypatch.setattr(watch, "run_session", lambda cluster_id: sessions.append(cluster_id) or 0)
+    monkeypatch.setattr(watch, "run_session", lambda *session: sessions.append(session) or 0)
 
-    tasks.watch_kueue_workloads.apply(args=(7,))
+    tasks.watch_resource.apply(args=(7, WORKLOADS))
 
-    assert sessions == [7]
+    assert sessions == [(7, WORKLOADS)]
+
+
+def test_watch_sessions_go_to_the_watchers_queue_not_the_admitting_workers():
+    route = tasks.watch_resource.app.amqp.router.route({}, tasks.watch_resource.name)
+
+    assert route["queue"].name == "watch"
 
 
 def test_an_unreachable_apiserver_retries_the_session_later(cluster):
     Cluster.objects.filter(pk=cluster.pk).update(endpoint="http://127.0.0.1:9")
 
-    assert watch.run_session(cluster.pk, timeout_seconds=1) == watch.RETRY_SECONDS
+    assert watch.run_session(cluster.pk, WORKLOADS, timeout_seconds=1) == watch.RETRY_SECONDS
 
 
 def test_one_watcher_holds_a_clusters_lease_until_it_releases_or_it_expires(cluster):
     now = at()
-    assert watch.claim(cluster.pk, now)
-    assert not watch.claim(cluster.pk, now + timedelta(seconds=watch.SESSION_SECONDS))
+    assert watch.claim(cluster.pk, WORKLOADS, now)
+    assert not watch.claim(cluster.pk, WORKLOADS, now + timedelta(seconds=watch.SESSION_SECONDS))
+    assert watch.claim(cluster.pk, "pods", now)  # each resource has a lease of its own
     # A worker that died mid-session: its lease runs out and another worker takes over.
     expired = now + timedelta(seconds=watch.SESSION_SECONDS) + watch.LEASE_MARGIN
-    assert watch.claim(cluster.pk, expired + timedelta(seconds=1))
-    watch.release(cluster.pk)
-    assert watch.claim(cluster.pk, expired + timedelta(seconds=2))
+    assert watch.claim(cluster.pk, WORKLOADS, expired + timedelta(seconds=1))
+    watch.release(cluster.pk, WORKLOADS)
+    assert watch.claim(cluster.pk, WORKLOADS, expired + timedelta(seconds=2))
 
 
-def test_beat_starts_one_watch_per_reachable_cluster_and_no_second_one(cluster, monkeypatch):
+def test_beat_starts_one_watch_per_reachable_cluster_and_resource_and_no_second_one(
+    cluster, monkeypatch
+):
     started = []
-    monkeypatch.setattr(tasks.watch_kueue_workloads, "delay", started.append)
+    monkeypatch.setattr(tasks.watch_resource, "delay", lambda *session: started.append(session))
     Cluster.objects.create(name="simulated", status="RUNNING")  # nothing to watch there
 
     tasks.watch_clusters()
-    tasks.watch_clusters()  # the first session still holds the lease
+    tasks.watch_clusters()  # the first sessions still hold the leases
 
-    assert started == [cluster.pk]
+    assert started == [(cluster.pk, "nodes"), (cluster.pk, WORKLOADS), (cluster.pk, "pods")]
 
 
 def test_a_session_renews_its_lease_and_the_last_one_releases_it(cluster, monkeypatch):
-    monkeypatch.setattr(tasks.watch_kueue_workloads, "apply_async", lambda *a, **k: None)
-    monkeypatch.setattr(watch, "run_session", lambda cluster_id: 0)
+    monkeypatch.setattr(tasks.watch_resource, "apply_async", lambda *a, **k: None)
+    monkeypatch.setattr(watch, "run_session", lambda cluster_id, resource: 0)
     started = timezone.now()
-    assert watch.claim(cluster.pk, started)
-    tasks.watch_kueue_workloads.run(cluster.pk)
+    assert watch.claim(cluster.pk, WORKLOADS, started)
+    tasks.watch_resource.run(cluster.pk, WORKLOADS)
     lease = KubeWatch.objects.get(cluster=cluster).leased_until
     # Held through the next session: the beat starts no second watcher meanwhile.
     assert lease >= started + timedelta(seconds=watch.SESSION_SECONDS)
 
-    monkeypatch.setattr(watch, "run_session", lambda cluster_id: None)  # no longer watchable
-    tasks.watch_kueue_workloads.run(cluster.pk)
+    monkeypatch.setattr(watch, "run_session", lambda cluster_id, resource: None)  # unwatchable
+    tasks.watch_resource.run(cluster.pk, WORKLOADS)
     assert KubeWatch.objects.get(cluster=cluster).leased_until is None
 
 
@@ -437,8 +448,8 @@ def test_a_session_records_checkpoints_from_the_training_pods_logs(cluster, fake
     )
     fake_kube.logs[(NAMESPACE, "other-0-fghij")] = "Saving model checkpoint to /x/checkpoint-900\n"
 
-    watch.run_session(cluster.pk, timeout_seconds=1)
-    watch.run_session(cluster.pk, timeout_seconds=1)  # the same lines read again add nothing
+    watch.run_session(cluster.pk, WORKLOADS, timeout_seconds=1)
+    watch.run_session(cluster.pk, WORKLOADS, timeout_seconds=1)  # read again: nothing added
 
     assert list(Checkpoint.objects.values_list("owner__name", "step", "path")) == [
         ("finetune", 50, "/data/out/checkpoint-50"),

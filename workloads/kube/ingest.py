@@ -75,7 +75,7 @@ def observe(obj: Mapping[str, Any], now: datetime) -> Observed:
                 c.get("status") == "True",
                 c.get("reason", ""),
                 c.get("message", ""),
-                _time(c.get("lastTransitionTime"), now),
+                kube_time(c.get("lastTransitionTime"), now),
             )
             for c in status.get("conditions") or []
         },
@@ -300,5 +300,6 @@ def _flavor_text(admission: Mapping[str, Any]) -> str:
     return ", ".join(flavors) or "no flavor"
 
 
-def _time(text: str | None, now: datetime) -> datetime:
+def kube_time(text: str | None, now: datetime) -> datetime:
+    """A Kubernetes timestamp; `now` when the object has none."""
     return datetime.fromisoformat(text) if text else now

@@ -1,17 +1,21 @@
-"""Watch sessions over Kueue Workload objects (all namespaces), resumable across disconnects.
+"""Watch sessions over a real cluster's Kueue Workloads, Pods and Nodes, resumable across
+disconnects.
 
-The last resourceVersion ingested is stored per cluster (KubeWatch), so a new session, in
-this process or another, resumes where the last one stopped; a version the apiserver has
-compacted away (410 Gone) is recovered from by listing everything again.
+Each resource is watched on its own, by one worker at a time (a lease on its KubeWatch row).
+The last resourceVersion ingested is stored there too, so a new session, in this process or
+another, resumes where the last one stopped; a version the apiserver has compacted away
+(410 Gone) is recovered from by listing everything again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from functools import partial
+from typing import Any
 
 import urllib3
 from django.db.models import Q, QuerySet
@@ -20,18 +24,69 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from clusters.models import Cluster
-from workloads.kube import checkpoints, ingest
+from workloads.kube import checkpoints, ingest, mirror
 from workloads.kube.client import KubeError, api_client
 from workloads.models import KubeWatch
 
 logger = logging.getLogger(__name__)
 
-GROUP, VERSION, PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
-RESOURCE = f"{PLURAL}.{GROUP}"
 HTTP_GONE = 410
 SESSION_SECONDS = 300
 # After a failure or a dropped connection: give the apiserver a moment.
 RETRY_SECONDS = 5.0
+
+
+def _kueue_workloads(api: client.ApiClient) -> Callable[..., Any]:
+    objects = client.CustomObjectsApi(api)
+    return partial(objects.list_cluster_custom_object, "kueue.x-k8s.io", "v1beta2", "workloads")
+
+
+def _forget_workload(cluster: Cluster, obj: Mapping[str, Any]) -> None:
+    # The row itself goes when its owner is deleted through Accelplane.
+    ingest.forget(cluster, [obj["metadata"]["uid"]])
+
+
+def _keep_workloads(cluster: Cluster, items: list[Mapping[str, Any]]) -> None:
+    ingest.forget_all_but(cluster, [obj["metadata"]["uid"] for obj in items])
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """A resource Accelplane watches, and what its changes do to the rows."""
+
+    resource: str
+    """plural.group: its KubeWatch row"""
+    lister: Callable[[client.ApiClient], Callable[..., Any]]
+    ingest: Callable[[Cluster, Mapping[str, Any], datetime], int]
+    """brings the rows in line with one object; the number of events that made"""
+    forget: Callable[[Cluster, Mapping[str, Any]], None]
+    keep_only: Callable[[Cluster, list[Mapping[str, Any]]], None]
+    """after a list: forget what is not in it"""
+
+
+WORKLOADS = Watched(
+    "workloads.kueue.x-k8s.io",
+    _kueue_workloads,
+    lambda cluster, obj, now: len(ingest.ingest(cluster, obj, now)),
+    _forget_workload,
+    _keep_workloads,
+)
+PODS = Watched(
+    "pods",
+    lambda api: client.CoreV1Api(api).list_pod_for_all_namespaces,
+    mirror.ingest_pod,
+    mirror.forget_pod,
+    mirror.keep_pods,
+)
+NODES = Watched(
+    "nodes",
+    lambda api: client.CoreV1Api(api).list_node,
+    mirror.ingest_node,
+    mirror.forget_node,
+    mirror.keep_nodes,
+)
+# Nodes first: a relisted pod finds the node it is bound to.
+WATCHED = {w.resource: w for w in (NODES, WORKLOADS, PODS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,50 +98,61 @@ class Session:
     disconnected: bool
 
 
-def watch_workloads(cluster: Cluster, api: client.ApiClient, timeout_seconds: int) -> Session:
+def watch_resource(
+    cluster: Cluster, api: client.ApiClient, watched: Watched, timeout_seconds: int
+) -> Session:
     """One bounded session: list if nothing is stored yet, then watch until the timeout."""
-    state, _ = KubeWatch.objects.get_or_create(cluster=cluster, resource=RESOURCE)
-    custom = client.CustomObjectsApi(api)
+    state, _ = KubeWatch.objects.get_or_create(cluster=cluster, resource=watched.resource)
+    lister = watched.lister(api)
     events, relisted, disconnected = 0, False, False
     if not state.resource_version:
-        events += _relist(cluster, custom, state)
+        events += _relist(cluster, watched, lister, state)
         relisted = True
     try:
         # Counted change by change: a dropped connection keeps what came before it.
-        for made in _stream(cluster, custom, state, timeout_seconds):
+        for made in _stream(cluster, watched, lister, state, timeout_seconds):
             events += made
     except ApiException as error:
         if error.status != HTTP_GONE:
             raise
-        logger.info("%s: watch from %s expired; relisting", cluster.name, state.resource_version)
-        events += _relist(cluster, custom, state)
+        logger.info(
+            "%s: %s watch from %s expired; relisting",
+            cluster.name,
+            watched.resource,
+            state.resource_version,
+        )
+        events += _relist(cluster, watched, lister, state)
         relisted = True
     except urllib3.exceptions.HTTPError as error:
         # The stored version is where the next session resumes.
-        logger.info("%s: watch dropped (%s)", cluster.name, error)
+        logger.info("%s: %s watch dropped (%s)", cluster.name, watched.resource, error)
         disconnected = True
     return Session(events, state.resource_version, relisted, disconnected)
 
 
-def _relist(cluster: Cluster, custom: client.CustomObjectsApi, state: KubeWatch) -> int:
-    listed = cast(dict[str, Any], custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))
+def _relist(
+    cluster: Cluster, watched: Watched, lister: Callable[..., Any], state: KubeWatch
+) -> int:
+    # As JSON, whatever the API: every resource is ingested from the objects as served.
+    listed = json.loads(lister(_preload_content=False).data)
     items = listed.get("items") or []
     now = timezone.now()
-    events = sum(len(ingest.ingest(cluster, obj, now)) for obj in items)
-    ingest.forget_all_but(cluster, [obj["metadata"]["uid"] for obj in items])
+    events = sum(watched.ingest(cluster, obj, now) for obj in items)
+    watched.keep_only(cluster, items)
     _store(state, listed["metadata"]["resourceVersion"])
     return events
 
 
 def _stream(
-    cluster: Cluster, custom: client.CustomObjectsApi, state: KubeWatch, timeout_seconds: int
+    cluster: Cluster,
+    watched: Watched,
+    lister: Callable[..., Any],
+    state: KubeWatch,
+    timeout_seconds: int,
 ) -> Iterator[int]:
     """The number of events each change made, once it is ingested and its version stored."""
     stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-        custom.list_cluster_custom_object,
-        GROUP,
-        VERSION,
-        PLURAL,
+        lister,
         resource_version=state.resource_version,
         allow_watch_bookmarks=True,
         timeout_seconds=timeout_seconds,
@@ -95,10 +161,9 @@ def _stream(
         obj = change["raw_object"]
         made = 0
         if change["type"] in ("ADDED", "MODIFIED"):
-            made = len(ingest.ingest(cluster, obj, timezone.now()))
+            made = watched.ingest(cluster, obj, timezone.now())
         elif change["type"] == "DELETED":
-            # The row itself goes when its owner is deleted through Accelplane.
-            ingest.forget(cluster, [obj["metadata"]["uid"]])
+            watched.forget(cluster, obj)
         # A BOOKMARK only moves the version.
         _store(state, obj["metadata"]["resourceVersion"])
         yield made
@@ -121,40 +186,45 @@ def watchable_clusters() -> QuerySet[Cluster]:
     ).exclude(endpoint="", kubeconfig="")
 
 
-def claim(cluster_id: int, now: datetime, seconds: float = SESSION_SECONDS) -> bool:
-    """Take the cluster's watch lease unless a live one is held: one watcher per cluster."""
-    KubeWatch.objects.get_or_create(cluster_id=cluster_id, resource=RESOURCE)
+def claim(cluster_id: int, resource: str, now: datetime, seconds: float = SESSION_SECONDS) -> bool:
+    """Take the lease of the cluster's watch of `resource` unless a live one is held: one
+    watcher per cluster and resource."""
+    KubeWatch.objects.get_or_create(cluster_id=cluster_id, resource=resource)
     free = Q(leased_until__isnull=True) | Q(leased_until__lt=now)
     until = now + timedelta(seconds=seconds) + LEASE_MARGIN
-    taken = KubeWatch.objects.filter(free, cluster_id=cluster_id, resource=RESOURCE)
+    taken = KubeWatch.objects.filter(free, cluster_id=cluster_id, resource=resource)
     return bool(taken.update(leased_until=until))
 
 
-def renew(cluster_id: int, now: datetime, seconds: float) -> None:
+def renew(cluster_id: int, resource: str, now: datetime, seconds: float) -> None:
     until = now + timedelta(seconds=seconds + SESSION_SECONDS) + LEASE_MARGIN
-    KubeWatch.objects.filter(cluster_id=cluster_id, resource=RESOURCE).update(leased_until=until)
+    KubeWatch.objects.filter(cluster_id=cluster_id, resource=resource).update(leased_until=until)
 
 
-def release(cluster_id: int) -> None:
-    KubeWatch.objects.filter(cluster_id=cluster_id, resource=RESOURCE).update(leased_until=None)
+def release(cluster_id: int, resource: str) -> None:
+    KubeWatch.objects.filter(cluster_id=cluster_id, resource=resource).update(leased_until=None)
 
 
 def watched_cluster(cluster_id: int) -> Cluster | None:
     return watchable_clusters().filter(pk=cluster_id).first()
 
 
-def run_session(cluster_id: int, timeout_seconds: int = SESSION_SECONDS) -> float | None:
+def run_session(
+    cluster_id: int, resource: str, timeout_seconds: int = SESSION_SECONDS
+) -> float | None:
     """One session for the watch task: seconds until the next one; None: stop watching."""
     cluster = watched_cluster(cluster_id)
     if cluster is None:
         return None
     try:
         with api_client(cluster) as api:
-            session = watch_workloads(cluster, api, timeout_seconds)
-            # Twice the session: lines logged while the last one ran are read again (and
-            # recorded once), not lost between sessions.
-            checkpoints.collect(cluster, api, timezone.now(), since_seconds=2 * SESSION_SECONDS)
+            session = watch_resource(cluster, api, WATCHED[resource], timeout_seconds)
+            if resource == WORKLOADS.resource:
+                # Twice the session: lines logged while the last one ran are read again (and
+                # recorded once), not lost between sessions.
+                since = 2 * SESSION_SECONDS
+                checkpoints.collect(cluster, api, timezone.now(), since_seconds=since)
     except (KubeError, ApiException, urllib3.exceptions.HTTPError) as error:
-        logger.warning("%s: watch failed: %s", cluster.name, error)
+        logger.warning("%s: %s watch failed: %s", cluster.name, resource, error)
         return RETRY_SECONDS
     return RETRY_SECONDS if session.disconnected else 0
