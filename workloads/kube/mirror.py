@@ -189,9 +189,9 @@ def _workload(owner: KubeObject, replica: int, existing: Pod | None) -> Workload
     """The row the pod runs for: the owner's active workload (an LWS group's; for a
     Deployment, the replica whose pod this is, or the first replica without a pod)."""
     rows = Workload.objects.filter(owner=owner, phase__in=Workload.ACTIVE_PHASES)
-    if existing is not None and existing.workload_id is not None:
-        if rows.filter(pk=existing.workload_id).exists():
-            return existing.workload
+    held = existing.workload_id if existing is not None else None
+    if held is not None and rows.filter(pk=held).exists():
+        return Workload.objects.get(pk=held)
     if owner.kind == "Deployment":
         rows = rows.filter(pods__isnull=True)
     elif owner.kind == "LeaderWorkerSet":
