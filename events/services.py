@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import logging
+import os
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from django.db import connection, transaction
 
 from events.models import Event
@@ -78,14 +85,37 @@ def _storable(value: Any) -> Any:
     return value
 
 
+_deferred = threading.local()
+
+
+@contextmanager
+def deferred_events() -> Iterator[None]:
+    """Events recorded inside are inserted together on the way out, still in the caller's
+    transaction: the event log's lock is taken once, and held only from there to the commit
+    instead of for the rest of the transaction. Their rows get their seq then."""
+    if getattr(_deferred, "events", None) is not None:
+        yield  # an outer block writes them
+        return
+    _deferred.events = []
+    try:
+        yield
+        events = _deferred.events
+    finally:
+        _deferred.events = None
+    record_events(events)
+
+
 def record_events(events: list[Event]) -> list[Event]:
-    """Insert Events in the caller's transaction and publish each once that commits."""
+    """Insert Events in the caller's transaction and publish them once that commits."""
     if not events:
+        return events
+    pending = getattr(_deferred, "events", None)
+    if pending is not None:
+        pending.extend(events)
         return events
     lock_event_log()
     saved = Event.objects.bulk_create(events)
-    for event in saved:
-        transaction.on_commit(partial(publish, event))
+    transaction.on_commit(partial(publish, saved))
     return saved
 
 
@@ -93,16 +123,74 @@ def record_event(kind: str, *, at: datetime, message: str, **fields: Any) -> Eve
     return record_events([new_event(kind, at=at, message=message, **fields)])[0]
 
 
-def publish(event: Event) -> None:
+def publish(events: Sequence[Event]) -> None:
+    """Hand committed events to the channel layer, in order; a failure is logged, never raised:
+    the rows are the truth, and a browser catches up by sequence number."""
     layer = get_channel_layer()
     if layer is None or _nobody_listens(layer):
         return
-    try:
-        async_to_sync(layer.group_send)(
-            EVENTS_GROUP, {"type": "event.created", "event": serialize(event)}
-        )
-    except Exception:  # the row is the truth; a browser catches up by sequence number
-        logger.exception("could not publish event %s", event.pk)
+    messages = [{"type": "event.created", "event": serialize(event)} for event in events]
+    if isinstance(layer, InMemoryChannelLayer):
+        # Its queues belong to the server's event loop: send from there.
+        try:
+            async_to_sync(_send)(layer, messages)
+        except Exception:
+            logger.exception("could not publish events %s", [e.pk for e in events])
+        return
+    _publisher(layer).messages.put(messages)
+
+
+async def _send(layer: BaseChannelLayer, messages: list[dict[str, Any]]) -> None:
+    for message in messages:
+        await layer.group_send(EVENTS_GROUP, message)
+
+
+class _Publisher(threading.Thread):
+    """Sends events to a Redis channel layer from one event loop of its own.
+
+    A request or task only queues them: it never waits on Redis, and the layer keeps one
+    connection for this loop instead of opening one per event (async_to_sync runs each call
+    in a new loop). One thread, one queue: events go out in the order they were handed over.
+    """
+
+    def __init__(self, layer: BaseChannelLayer) -> None:
+        super().__init__(name="event-publisher", daemon=True)
+        self.layer = layer
+        self.messages: queue.SimpleQueue[list[dict[str, Any]] | None] = queue.SimpleQueue()
+
+    def run(self) -> None:
+        loop = asyncio.new_event_loop()
+        while (batch := self.messages.get()) is not None:
+            try:
+                loop.run_until_complete(_send(self.layer, batch))
+            except Exception:
+                logger.exception("could not publish events %s", [m["event"]["seq"] for m in batch])
+        loop.close()
+
+    def drain(self, timeout: float) -> None:
+        """What is queued goes out (for at most `timeout` s), then the thread ends."""
+        self.messages.put(None)
+        self.join(timeout)
+
+
+_publishers: dict[int, _Publisher] = {}  # by process: a forked worker starts its own
+_publishers_lock = threading.Lock()
+
+
+def _publisher(layer: BaseChannelLayer) -> _Publisher:
+    with _publishers_lock:
+        publisher = _publishers.get(os.getpid())
+        if publisher is None or not publisher.is_alive():
+            publisher = _publishers[os.getpid()] = _Publisher(layer)
+            publisher.start()
+        return publisher
+
+
+@atexit.register
+def _drain_on_exit() -> None:
+    publisher = _publishers.get(os.getpid())
+    if publisher is not None and publisher.is_alive():
+        publisher.drain(timeout=2.0)
 
 
 def _nobody_listens(layer: object) -> bool:

@@ -11,10 +11,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Value
 from kubernetes import client
 
 from clusters.models import Cluster
-from events.services import record_event
+from events.services import deferred_events, record_event
 from workloads import manifests, pods, runtime, slicing, tasks
 from workloads.durations import parse_duration
 from workloads.history import object_event, workload_event
@@ -98,7 +99,7 @@ def apply(
             for doc in documents:
                 authorize(doc)
         plans = [_plan(doc) for doc in documents]
-        with transaction.atomic():
+        with transaction.atomic(), deferred_events():
             lookups = _Lookups(cluster, documents)
             results = [_apply_one(lookups, plan, now, simulation or {}) for plan in plans]
             # Last, so that a refusal by the apiserver rolls all of it back.
@@ -168,16 +169,22 @@ class _Lookups:
 
     def priority(self, kind: str, name: str) -> int | None:
         if self._priorities is None:
-            wpcs = WorkloadPriorityClass.objects.filter(cluster=self.cluster)
-            pcs = PriorityClass.objects.filter(cluster=self.cluster)
-            self._priorities = {
-                ("WorkloadPriorityClass", n): v for n, v in wpcs.values_list("name", "value")
-            }
-            self._priorities |= {
-                ("PriorityClass", n): v for n, v in pcs.values_list("name", "value")
-            }
-            default = pcs.filter(global_default=True).order_by("value").first()
-            self._default = (default.value, default.name) if default else (0, "")
+            # Both kinds in one query: every submission without a class reads them.
+            # order_by(): SQLite takes no ORDER BY (the models' default) inside a UNION.
+            wpcs = (
+                WorkloadPriorityClass.objects.filter(cluster=self.cluster)
+                .order_by()
+                .values_list(Value("WorkloadPriorityClass"), "name", "value", Value(False))
+            )
+            pcs = (
+                PriorityClass.objects.filter(cluster=self.cluster)
+                .order_by()
+                .values_list(Value("PriorityClass"), "name", "value", "global_default")
+            )
+            rows = list(wpcs.union(pcs, all=True))
+            self._priorities = {(k, n): v for k, n, v, _ in rows}
+            defaults = sorted((v, n) for _, n, v, is_default in rows if is_default)
+            self._default = defaults[0] if defaults else (0, "")
         return self._priorities.get((kind, name))
 
     def default_priority(self) -> tuple[int, str]:
