@@ -36,7 +36,7 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
     """
     budget = max_admissions
     heads = HEADS_PER_QUEUE
-    for _ in range(MAX_ROUNDS):
+    for round_number in range(MAX_ROUNDS):
         changed = False
         if budget is None or budget > 0:
             decisions = admission.admit_pending(cluster, now, budget, heads)
@@ -50,7 +50,7 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
                 or decisions.preemptions
                 or any(p.parked for p in decisions.pending)
             )
-        if not (_step(cluster, now) or changed):
+        if not (_step(cluster, now, first=round_number == 0) or changed):
             return
 
 
@@ -60,7 +60,9 @@ def advance(cluster: Cluster, start: datetime, end: datetime) -> None:
         settle(cluster, at)
 
 
-def _step(cluster: Cluster, now: datetime) -> bool:
+def _step(cluster: Cluster, now: datetime, *, first: bool = True) -> bool:
+    """One round of the simulated cluster at `now`. Training progresses with the clock alone:
+    after the first round at an instant, only jobs that started this round have steps to take."""
     with transaction.atomic():
         changed = stop_evicted(cluster, now)
         changed |= slicing.activate(cluster, now)
@@ -70,7 +72,9 @@ def _step(cluster: Cluster, now: datetime) -> bool:
         # Training starts when a job's last pod becomes ready, and only then.
         if became_ready:
             changed |= _start_training(cluster)
-        changed |= became_ready | _progress_training(cluster, now)
+        if first or became_ready:
+            changed |= _progress_training(cluster, now)
+        changed |= became_ready
     return changed
 
 
@@ -255,7 +259,15 @@ def _training_rows(cluster: Cluster, *, started: bool) -> list[Workload]:
             phase=Workload.Phase.ADMITTED,
             owner__kind__in=TRAINING_KINDS,
             training_started_at__isnull=not started,
-        ).select_related("owner", "cluster")
+        )
+        .select_related("owner", "cluster")
+        # Read at every settle, for every running job: only what the clock and the events read
+        # (a finishing job loads the rest).
+        .only(
+            *("name", "namespace", "owner", "cluster", "phase", "training_started_at"),
+            *("start_step", "owner__kind", "owner__namespace", "owner__name"),
+            *("owner__simulation", "cluster__name"),
+        )
     )
     if rows:
         # A second query only when there are rows: grouping every column is costly to build.

@@ -19,6 +19,10 @@ logger = logging.getLogger(__name__)
 # lost task (or, without Redis, a cache the worker does not share) delays admission only
 # until then, and the live tick runs admission every few seconds anyway.
 SETTLE_QUEUED_SECONDS = 2
+# A queued settle waits this long before it runs, so that one run admits a whole burst of
+# submissions instead of a run per submission keeping a worker busy (Kueue batches the same
+# way, one scheduling cycle at a time).
+SETTLE_DELAY_SECONDS = 0.2
 
 
 def _settle_queued(cluster_id: int) -> str:
@@ -31,7 +35,7 @@ def admit_soon(cluster: Cluster) -> None:
     def enqueue() -> None:
         try:
             if cache.add(_settle_queued(cluster.pk), True, timeout=SETTLE_QUEUED_SECONDS):
-                settle_cluster.delay(cluster.pk)
+                settle_cluster.apply_async((cluster.pk,), countdown=SETTLE_DELAY_SECONDS)
         except (RedisError, OperationalError) as error:
             # The change is committed; the live tick admits it once Redis is back.
             logger.warning("admission of %s not queued: %s", cluster.name, error)
