@@ -38,7 +38,8 @@ from clusters.models import Cluster
 from teams import services as ts
 from workloads import services
 cluster = Cluster.objects.create(name="bench", status=Cluster.Status.RUNNING)
-cs.provision_now(cluster, name="cpu", machine_type="n2-standard-128", node_count=4)
+# Eight nodes: 880 pod slots (110 a node) for the 800 pods the quota admits.
+cs.provision_now(cluster, name="cpu", machine_type="n2-standard-128", node_count=8)
 services.apply(cluster, '''
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
