@@ -386,12 +386,19 @@ def test_a_node_pool_is_created_from_the_form(admin):
             "machine_type": "tpu7x-standard-4t",
             "node_count": 16,
             "tpu_topology": "4x4x4",
+            "reservation": "projects/acme-ml/reservations/tpu7x-res",
+            "workload_policy": "super-slice-policy",
         },
     )
 
     assert response.status_code == 302
     assert response.url == f"/clusters/{CLUSTER}/"
-    assert NodePool.objects.get(name="cube").status == NodePool.Status.PROVISIONING
+    pool = NodePool.objects.get(name="cube")
+    assert pool.status == NodePool.Status.PROVISIONING
+    assert (pool.reservation, pool.workload_policy) == (
+        "projects/acme-ml/reservations/tpu7x-res",
+        "super-slice-policy",
+    )
 
 
 def test_a_cluster_is_created_from_the_form_and_names_are_checked(admin):
@@ -484,3 +491,76 @@ def test_running_demo_twice_changes_nothing(demo):
     demo()
 
     assert row_counts() == before
+
+
+def _upload(name, text):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return SimpleUploadedFile(name, text.encode())
+
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: gke, cluster: {server: "https://34.1.2.3", certificate-authority-data: Q0E=}}]
+users: [{name: me, user: {exec: {command: gke-gcloud-auth-plugin}}}]
+contexts: [{name: ctx, context: {cluster: gke, user: me}}]
+current-context: ctx
+"""
+
+
+def test_a_gke_cluster_is_created_from_the_form_with_its_kubeconfig_sealed(
+    admin, django_capture_on_commit_callbacks
+):
+    from clusters import credentials
+    from clusters.models import Cluster
+
+    fields = {"name": "real", "provider": "gke", "location": "us-east5", "project": "acme-ml"}
+    with django_capture_on_commit_callbacks(execute=False):  # no GKE to provision on here
+        created = admin.post(
+            "/platform/clusters/new/",
+            {**fields, "slice_controller": "on", "kubeconfig": _upload("config", KUBECONFIG)},
+        )
+
+    assert created.url == "/clusters/real/"
+    cluster = Cluster.objects.get(name="real")
+    assert (cluster.provider, cluster.project, cluster.slice_controller) == (
+        "gke",
+        "acme-ml",
+        True,
+    )
+    assert "34.1.2.3" not in cluster.kubeconfig  # sealed
+    assert credentials.unseal(cluster.kubeconfig)["clusters"][0]["cluster"]["server"] == (
+        "https://34.1.2.3"
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "problem"),
+    [
+        ({"provider": "gke"}, "project", "a gke cluster needs its project id"),
+        (
+            {"provider": "gke", "project": "p", "service_account_key": ("key.json", "{}")},
+            "service_account_key",
+            "key.json is not a service account key",
+        ),
+        (
+            {"provider": "gke", "project": "p", "kubeconfig": ("config", "users: []")},
+            "kubeconfig",
+            "config is not a kubeconfig with a current-context",
+        ),
+        ({"kubeconfig": ("config", KUBECONFIG)}, "kubeconfig", "only a gke cluster takes"),
+    ],
+)
+def test_a_cluster_form_problem_is_shown_next_to_its_field(admin, fields, field, problem):
+    from clusters.models import Cluster
+
+    body = {"name": "real", "location": "us-east5"}
+    body |= {k: _upload(*v) if isinstance(v, tuple) else v for k, v in fields.items()}
+
+    refused = admin.post("/platform/clusters/new/", body)
+
+    assert refused.status_code == 400
+    errors = refused.context["form"].errors
+    assert any(problem in error for error in errors[field]), errors
+    assert not Cluster.objects.filter(name="real").exists()

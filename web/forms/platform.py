@@ -7,12 +7,13 @@ form field that produced it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
 from django.core.validators import RegexValidator
 
-from clusters import catalog
+from clusters import catalog, credentials
 from clusters.models import Cluster, NodePool
 from teams.models import Membership
 from web.forms.workloads import choice_field
@@ -58,9 +59,34 @@ def topology_choices() -> list[tuple[str, str]]:
 
 
 class ClusterForm(forms.Form):
+    """A simulated cluster, or a GKE one with its settings and, optionally, its own
+    credentials (checked and sealed here, as the API does; never shown again)."""
+
     name = forms.CharField(max_length=40, validators=[NAME])
+    provider = forms.ChoiceField(
+        choices=Cluster.Provider.choices, initial=Cluster.Provider.SIM, required=False
+    )
     location = forms.CharField(max_length=64, initial="us-central1")
-    project = forms.CharField(max_length=128, required=False)
+    project = forms.CharField(max_length=128, required=False, help_text="GKE: the project id")
+    autopilot = forms.BooleanField(required=False, help_text="GKE: Autopilot, not Standard")
+    release_channel = forms.ChoiceField(
+        choices=Cluster.ReleaseChannel.choices,
+        initial=Cluster.ReleaseChannel.RAPID,
+        required=False,
+        help_text="GKE: dynamic TPU slicing needs RAPID",
+    )
+    slice_controller = forms.BooleanField(
+        required=False, help_text="GKE: the TPU slice controller add-on (dynamic slicing)"
+    )
+    service_account_key = forms.FileField(
+        required=False,
+        help_text="GKE: this cluster's own service account key (JSON); without one, the "
+        "workers' Application Default Credentials",
+    )
+    kubeconfig = forms.FileField(
+        required=False,
+        help_text="GKE: a kubeconfig to reach the apiserver instead of GKE's endpoint",
+    )
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"]
@@ -68,12 +94,56 @@ class ClusterForm(forms.Form):
             raise forms.ValidationError(f"a cluster named {name!r} already exists")
         return name
 
+    def clean_service_account_key(self) -> str:
+        return self._sealed("service_account_key", credentials.service_account_key)
+
+    def clean_kubeconfig(self) -> str:
+        return self._sealed("kubeconfig", credentials.kubeconfig)
+
+    def _sealed(self, field: str, check: Callable[[str], dict[str, Any]]) -> str:
+        upload = self.cleaned_data.get(field)
+        if not upload:
+            return ""
+        try:
+            return credentials.seal(check(upload.read().decode("utf-8", errors="replace")))
+        except credentials.CredentialError as error:
+            raise forms.ValidationError(f"{upload.name} {error}") from None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        # Omitted (a script posting the form): what the form shows selected.
+        data["provider"] = data.get("provider") or Cluster.Provider.SIM
+        data["release_channel"] = data.get("release_channel") or Cluster.ReleaseChannel.RAPID
+        if data["provider"] == Cluster.Provider.GKE:
+            if not data.get("project"):
+                self.add_error("project", "a gke cluster needs its project id")
+        else:
+            for field in ("service_account_key", "kubeconfig"):
+                if data.get(field):
+                    self.add_error(field, "only a gke cluster takes credentials")
+        return data
+
 
 class NodePoolForm(forms.Form):
     name = forms.CharField(max_length=40, validators=[NAME])
     machine_type = forms.ChoiceField(choices=machine_choices)
     node_count = forms.IntegerField(min_value=1, max_value=catalog.MAX_NODES, initial=1)
     tpu_topology = forms.ChoiceField(choices=topology_choices, required=False, label="TPU topology")
+    # GKE placement (a simulated cluster ignores them).
+    zone = forms.CharField(
+        max_length=64, required=False, help_text="GKE: blank for the cluster's first zone"
+    )
+    reservation = forms.CharField(
+        max_length=255,
+        required=False,
+        help_text="GKE: the only reservation to use: "
+        "projects/P/reservations/R[/reservationBlocks/B]",
+    )
+    workload_policy = forms.CharField(
+        max_length=64,
+        required=False,
+        help_text="GKE: the Compute workload policy placing a super-slicing TPU pool",
+    )
 
     def __init__(self, cluster: Cluster, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

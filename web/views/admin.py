@@ -47,13 +47,9 @@ def _form_page(request: HttpRequest, form: forms.Form, title: str, **extra: Any)
 @staff_required
 def new_cluster(request: HttpRequest) -> HttpResponse:
     """Create a cluster; the cluster page then shows the operation until it is RUNNING."""
-    form = ClusterForm(request.POST or None)
+    form = ClusterForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
-        cluster = cluster_services.create_cluster(
-            name=form.cleaned_data["name"],
-            project=form.cleaned_data["project"],
-            location=form.cleaned_data["location"],
-        )
+        cluster = cluster_services.create_cluster(**form.cleaned_data)
         return redirect("web:cluster", name=cluster.name)
     return _form_page(request, form, "New cluster")
 
@@ -66,13 +62,7 @@ def new_node_pool(request: HttpRequest, name: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            cluster_services.create_node_pool(
-                cluster,
-                name=data["name"],
-                machine_type=data["machine_type"],
-                node_count=data["node_count"],
-                tpu_topology=data["tpu_topology"],
-            )
+            cluster_services.create_node_pool(cluster, **data)
         except catalog.CatalogError as error:  # the form asked the catalog already
             form.add_error(None, str(error))
         else:
