@@ -58,8 +58,8 @@ class ClusterViewSet(
     queryset = Cluster.objects.prefetch_related("node_pools").order_by("id")
     serializer_class = s.ClusterSerializer
     permission_classes = [IsAdminOrReadOnly]
-    # PATCH replaces a cluster's credentials; there is nothing else to PUT.
-    http_method_names = ["get", "post", "patch", "head", "options"]
+    # PATCH replaces a cluster's credentials (or resizes a pool); there is nothing to PUT.
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def perform_create(self, serializer: s.ClusterSerializer) -> None:  # type: ignore[override]
         data = dict(serializer.validated_data)
@@ -111,6 +111,38 @@ class ClusterViewSet(
         key = f"NodePool/{cluster.name}/{pool.name}"
         audit(request, "created", key, cluster=cluster.name, after=shown)
         return Response(shown, status=status.HTTP_201_CREATED)
+
+    @extend_schema(methods=["PATCH"], request=s.NodePoolResizeSerializer)
+    @extend_schema(responses={202: s.NodePoolSerializer})
+    @action(
+        detail=True,
+        methods=["patch", "delete"],
+        url_path=r"nodepools/(?P<pool>[a-z0-9-]+)",
+        pagination_class=None,
+    )
+    def node_pool(self, request: Request, pk: str, pool: str) -> Response:
+        """PATCH `{"node_count": N}` resizes a pool; DELETE deletes it. A worker does it at the
+        provider: the pool is RESIZING or DELETING until then (watch `node_pool.*` events)."""
+        cluster = self.get_object()
+        row = NodePool.objects.filter(cluster=cluster, name=pool).first()
+        if row is None:
+            raise NotFound(f"cluster {cluster.name} has no node pool {pool!r}")
+        before = s.NodePoolSerializer(row).data
+        try:
+            if request.method == "DELETE":
+                row = cluster_services.delete_node_pool(row)
+                action_name = "deleted"
+            else:
+                body = s.NodePoolResizeSerializer(data=request.data)
+                body.is_valid(raise_exception=True)
+                row = cluster_services.resize_node_pool(row, body.validated_data["node_count"])
+                action_name = "configured"
+        except cluster_services.PoolBusy as busy:
+            raise Conflict(str(busy)) from None
+        shown = s.NodePoolSerializer(row).data
+        key = f"NodePool/{cluster.name}/{row.name}"
+        audit(request, action_name, key, cluster=cluster.name, before=before, after=shown)
+        return Response(shown, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         responses={

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from rest_framework import serializers
 
-from clusters import credentials
+from clusters import catalog, credentials
 from clusters.models import Cluster, Node, NodePool
 from events.models import Event
 from events.services import serialize as serialize_event
@@ -168,6 +168,10 @@ class NodePoolSerializer(serializers.ModelSerializer[NodePool]):
 
     def get_nodes(self, pool: NodePool) -> int:
         return pool.nodes.count()
+
+
+class NodePoolResizeSerializer(serializers.Serializer[Any]):
+    node_count = serializers.IntegerField(min_value=1, max_value=catalog.MAX_NODES)
 
 
 class ClusterSerializer(serializers.ModelSerializer[Cluster]):

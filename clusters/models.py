@@ -64,8 +64,12 @@ class NodePool(models.Model):
     class Status(models.TextChoices):
         PROVISIONING = "PROVISIONING"
         RUNNING = "RUNNING"
+        RESIZING = "RESIZING"
         ERROR = "ERROR"
         DELETING = "DELETING"
+
+    # A provider operation is under way: a worker drives it (clusters.services).
+    IN_PROGRESS = (Status.PROVISIONING, Status.RESIZING, Status.DELETING)
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="node_pools")
     name = models.SlugField(max_length=40)

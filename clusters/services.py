@@ -12,13 +12,17 @@ from django.utils import timezone
 from clusters import catalog, credentials
 from clusters.models import Cluster, Node, NodePool
 from clusters.providers import Provider, ProviderError, get_provider
-from clusters.providers.base import ClusterSpec, NodePoolSpec
+from clusters.providers.base import ClusterSpec, NodePoolSpec, Operation
 from events.services import record_event
 
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0  # between looks at a running provider operation
 RETRY_SECONDS = 30.0  # after the provider was unavailable or rate limited
+
+
+class PoolBusy(Exception):
+    """The node pool is in the middle of another operation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +162,52 @@ def provisioning_cluster_ids() -> list[int]:
 
 
 def provisioning_node_pool_ids() -> list[int]:
-    pools = NodePool.objects.filter(status=NodePool.Status.PROVISIONING)
+    """Pools with a provider operation under way: created, resized or deleted."""
+    pools = NodePool.objects.filter(status__in=NodePool.IN_PROGRESS)
     return list(pools.values_list("pk", flat=True))
+
+
+def resize_node_pool(pool: NodePool, node_count: int) -> NodePool:
+    """Check the new size against the catalog, record it, and resize in a task."""
+    catalog.validate_pool(pool.machine_type, node_count, pool.tpu_topology or None)
+    before = pool.node_count
+    return _start_pool_operation(
+        pool,
+        NodePool.Status.RESIZING,
+        f"resizing node pool {pool.name}: {before} -> {node_count} nodes",
+        node_count=node_count,
+    )
+
+
+def delete_node_pool(pool: NodePool) -> NodePool:
+    """Record the deletion and delete at the provider in a task; the row goes when it is done."""
+    return _start_pool_operation(pool, NodePool.Status.DELETING, f"deleting node pool {pool.name}")
+
+
+def _start_pool_operation(pool: NodePool, status: str, message: str, **changes: int) -> NodePool:
+    from clusters import tasks
+
+    with transaction.atomic():
+        locked = NodePool.objects.select_for_update().select_related("cluster").get(pk=pool.pk)
+        if locked.status in NodePool.IN_PROGRESS:
+            raise PoolBusy(
+                f"node pool {locked.name} is {locked.status}: wait until it is RUNNING or ERROR"
+            )
+        # A new operation: the stored id of the last one must not be polled for this one.
+        NodePool.objects.filter(pk=pool.pk).update(
+            status=status, status_message="", operation_id="", **changes
+        )
+        record_event(
+            f"node_pool.{status.lower()}",
+            at=timezone.now(),
+            cluster=locked.cluster.name,
+            object_key=f"NodePool/{locked.cluster.name}/{locked.name}",
+            message=message,
+            **changes,
+        )
+        transaction.on_commit(lambda: tasks.reconcile_node_pool.delay(pool.pk))
+    locked.refresh_from_db()
+    return locked
 
 
 def reconcile_cluster(cluster_id: int) -> Progress:
@@ -212,6 +260,8 @@ class _Failure:
     kind: str  # event kind prefix: "cluster" or "node_pool"
     cluster: str
     key: str
+    status: str = "PROVISIONING"
+    """The status of the operation that failed."""
 
     def provider_error(self, error: ProviderError) -> Progress:
         if error.permanent:
@@ -224,8 +274,8 @@ class _Failure:
     def fail(self, message: str) -> Progress:
         """The provider refused for good: the row says why, and so does an event."""
         with transaction.atomic():
-            provisioning = self.model.objects.filter(pk=self.pk, status="PROVISIONING")
-            if not provisioning.update(status="ERROR", status_message=message):
+            running = self.model.objects.filter(pk=self.pk, status=self.status)
+            if not running.update(status="ERROR", status_message=message):
                 return Progress(done=True)  # another worker got here first
             record_event(
                 f"{self.kind}.failed",
@@ -238,12 +288,13 @@ class _Failure:
 
 
 def reconcile_node_pool(pool_id: int) -> Progress:
-    """Advance a provisioning node pool; nodes appear when the operation is done."""
+    """Advance a node pool's operation (create, resize or delete); safe to call any number of
+    times. Nodes follow the pool when the operation is done."""
     pool = NodePool.objects.select_related("cluster").filter(pk=pool_id).first()
-    if pool is None or pool.status != NodePool.Status.PROVISIONING:
+    if pool is None or pool.status not in NodePool.IN_PROGRESS:
         return Progress(done=True)
     key = f"NodePool/{pool.cluster.name}/{pool.name}"
-    failure = _Failure(NodePool, pool.pk, "node_pool", pool.cluster.name, key)
+    failure = _Failure(NodePool, pool.pk, "node_pool", pool.cluster.name, key, pool.status)
     if pool.cluster.status == Cluster.Status.PROVISIONING:
         # GKE refuses node pools on a cluster it is still creating.
         return Progress(done=False, retry_after=POLL_SECONDS)
@@ -252,7 +303,7 @@ def reconcile_node_pool(pool_id: int) -> Progress:
     try:
         provider = provider_for(pool.cluster)
         if not pool.operation_id:
-            operation = provider.create_node_pool(_pool_spec(pool))
+            operation = _start_operation(provider, pool)
             NodePool.objects.filter(pk=pool.pk, operation_id="").update(operation_id=operation.id)
             pool.refresh_from_db()
         operation = provider.get_operation(pool.operation_id)
@@ -260,11 +311,52 @@ def reconcile_node_pool(pool_id: int) -> Progress:
             return failure.fail(f"node pool {pool.name}: {operation.error}")
         if not operation.done:
             return Progress(done=False, retry_after=POLL_SECONDS)
-        templates = provider.list_nodes(_pool_spec(pool))
+        deleting = pool.status == NodePool.Status.DELETING
+        templates = [] if deleting else provider.list_nodes(_pool_spec(pool))
     except ProviderError as error:
         return failure.provider_error(error)
-    _create_nodes(pool, templates)
+    if pool.status == NodePool.Status.PROVISIONING:
+        _create_nodes(pool, templates)
+    else:
+        _finish_pool_operation(pool, templates)
     return Progress(done=True)
+
+
+def _start_operation(provider: Provider, pool: NodePool) -> Operation:
+    spec = _pool_spec(pool)
+    if pool.status == NodePool.Status.RESIZING:
+        return provider.set_node_pool_size(spec, pool.node_count)
+    if pool.status == NodePool.Status.DELETING:
+        return provider.delete_node_pool(spec)
+    return provider.create_node_pool(spec)
+
+
+def _finish_pool_operation(pool: NodePool, templates: list[catalog.NodeTemplate]) -> None:
+    """A resize leaves the pool with the templates' nodes; a delete removes it. Pods on the
+    nodes that go are pending again (Pod.node's on_delete), as Kubernetes reschedules them."""
+    with transaction.atomic():
+        if not NodePool.objects.filter(pk=pool.pk, status=pool.status).exists():
+            return  # another worker finished it
+        gone = Node.objects.filter(node_pool=pool).exclude(name__in={t.name for t in templates})
+        key = f"NodePool/{pool.cluster.name}/{pool.name}"
+        if pool.status == NodePool.Status.DELETING:
+            NodePool.objects.filter(pk=pool.pk).delete()
+            kind, message = "node_pool.deleted", f"node pool {pool.name} is deleted"
+        else:
+            gone.delete()
+            have = set(Node.objects.filter(node_pool=pool).values_list("name", flat=True))
+            Node.objects.bulk_create(_node_rows(pool, [t for t in templates if t.name not in have]))
+            NodePool.objects.filter(pk=pool.pk).update(status=NodePool.Status.RUNNING)
+            kind = "node_pool.resized"
+            message = f"node pool {pool.name} is running with {len(templates)} nodes"
+        record_event(
+            kind,
+            at=timezone.now(),
+            cluster=pool.cluster.name,
+            object_key=key,
+            message=message,
+            nodes=len(templates),
+        )
 
 
 def _create_nodes(
@@ -275,19 +367,7 @@ def _create_nodes(
             status=NodePool.Status.RUNNING, status_message=""
         ):
             return  # another worker finished it
-        Node.objects.bulk_create(
-            Node(
-                cluster=pool.cluster,
-                node_pool=pool,
-                name=t.name,
-                labels=t.labels,
-                taints=[{"key": x.key, "value": x.value, "effect": x.effect} for x in t.taints],
-                allocatable=t.allocatable,
-                capacity=t.capacity,
-                coordinates=list(t.coordinates) if t.coordinates else None,
-            )
-            for t in templates
-        )
+        Node.objects.bulk_create(_node_rows(pool, templates))
         record_event(
             "node_pool.created",
             at=at or timezone.now(),
@@ -296,6 +376,22 @@ def _create_nodes(
             message=f"node pool {pool.name} is running with {len(templates)} nodes",
             nodes=len(templates),
         )
+
+
+def _node_rows(pool: NodePool, templates: list[catalog.NodeTemplate]) -> list[Node]:
+    return [
+        Node(
+            cluster=pool.cluster,
+            node_pool=pool,
+            name=t.name,
+            labels=t.labels,
+            taints=[{"key": x.key, "value": x.value, "effect": x.effect} for x in t.taints],
+            allocatable=t.allocatable,
+            capacity=t.capacity,
+            coordinates=list(t.coordinates) if t.coordinates else None,
+        )
+        for t in templates
+    ]
 
 
 def provision_now(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
+from django.db.models.deletion import Collector
 
 from clusters.models import Cluster, Node
 
@@ -255,6 +256,23 @@ class Workload(models.Model):
         return list((self.admission or {}).get("pod_sets", []))
 
 
+def reschedule(
+    collector: Collector, field: models.Field[Any, Any], sub_objs: Any, using: str
+) -> None:
+    """Pod.node's on_delete: a pod whose node goes is pending and unbound again, as Kubernetes
+    reschedules a deleted node's pods (a node pool shrunk or deleted)."""
+    for name, value in (
+        ("node", None),
+        ("phase", "Pending"),
+        ("ready", False),
+        ("bound_at", None),
+        ("ready_at", None),
+    ):
+        updated = field.model._meta.get_field(name)
+        assert isinstance(updated, models.Field)
+        collector.add_field_update(updated, value, sub_objs)
+
+
 class Pod(models.Model):
     class Phase(models.TextChoices):
         SCHEDULING_GATED = "SchedulingGated"
@@ -276,7 +294,7 @@ class Pod(models.Model):
     scheduling = models.JSONField(
         default=dict, help_text="requests, node_selector, tolerations, required_node_affinity"
     )
-    node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True)
+    node = models.ForeignKey(Node, on_delete=reschedule, null=True, blank=True)
     created_at = models.DateTimeField()
     bound_at = models.DateTimeField(null=True, blank=True)
     ready_at = models.DateTimeField(null=True, blank=True, help_text="When it becomes ready")

@@ -84,6 +84,12 @@ class Provider(Protocol):
     def kubernetes_access(self, spec: ClusterSpec) -> KubernetesAccess:
         """Where a created cluster's Kubernetes API answers, for the Kubernetes backend."""
 
+    def set_node_pool_size(self, spec: NodePoolSpec, node_count: int) -> Operation:
+        """Start resizing a node pool to `node_count` nodes (per zone)."""
+
+    def delete_node_pool(self, spec: NodePoolSpec) -> Operation:
+        """Start deleting a node pool; one already gone is a done operation."""
+
 
 def check_pool(spec: NodePoolSpec) -> None:
     """Refuse, for good, a pool shape GKE would refuse (the catalog names the field)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from clusters.catalog import NodeTemplate
 from clusters.providers.base import (
@@ -49,3 +50,10 @@ class SimProvider:
 
     def kubernetes_access(self, spec: ClusterSpec) -> KubernetesAccess:
         return KubernetesAccess("", "")  # the simulator is the cluster
+
+    def set_node_pool_size(self, spec: NodePoolSpec, node_count: int) -> Operation:
+        check_pool(replace(spec, node_count=node_count))
+        return self._start("resize-node-pool", spec.name)
+
+    def delete_node_pool(self, spec: NodePoolSpec) -> Operation:
+        return self._start("delete-node-pool", spec.name)

@@ -7,6 +7,7 @@ import yaml
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from clusters import services
 from clusters.models import NodePool
 from tests.api.test_workloads import post_manifests
 from tests.shared import requires_shared
@@ -72,6 +73,45 @@ def test_admins_create_node_pools_and_duplicates_or_bad_machines_are_refused(adm
     assert bad.status_code == 400
     assert "n9-mega" in bad.json()["detail"]
     assert NodePool.objects.filter(cluster=tenants).count() == 2
+
+
+def test_admins_resize_and_delete_node_pools_one_operation_at_a_time(
+    admin, alice, tenants, settings, django_capture_on_commit_callbacks
+):
+    settings.ACCELPLANE_SIM_OPERATION_SECONDS = 0
+    (pool,) = NodePool.objects.filter(cluster=tenants)
+    url = f"/api/v1/clusters/{tenants.pk}/nodepools/{pool.name}"
+
+    assert alice.patch(url, {"node_count": 3}, format="json").status_code == 403
+    with django_capture_on_commit_callbacks(execute=False):  # the worker comes later
+        resizing = admin.patch(url, {"node_count": 3}, format="json")
+        busy = admin.delete(url)
+    refused = admin.patch(url, {"node_count": 0}, format="json")
+    missing = admin.delete(f"/api/v1/clusters/{tenants.pk}/nodepools/nope")
+
+    assert resizing.status_code == 202, resizing.json()
+    assert (resizing.json()["status"], resizing.json()["node_count"]) == ("RESIZING", 3)
+    assert busy.status_code == 409
+    assert "is RESIZING" in busy.json()["detail"]
+    assert refused.status_code == 400
+    assert "node_count" in refused.json()
+    assert missing.status_code == 404
+    audit = tenants_events("audit.configured")
+    assert audit[0]["data"]["before"]["node_count"] == pool.node_count
+    assert audit[0]["data"]["after"]["node_count"] == 3
+
+    services.reconcile_node_pool(pool.pk)
+    assert admin.get(f"{url.rsplit('/', 1)[0]}").json()[0]["nodes"] == 3
+    with django_capture_on_commit_callbacks(execute=False):
+        assert admin.delete(url).status_code == 202
+    services.reconcile_node_pool(pool.pk)
+    assert not NodePool.objects.filter(cluster=tenants).exists()
+
+
+def tenants_events(kind):
+    from events.models import Event
+
+    return list(Event.objects.filter(kind=kind).values("object_key", "data"))
 
 
 def test_members_read_platform_objects_but_only_admins_change_them(alice, admin, tenants):

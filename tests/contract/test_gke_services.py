@@ -181,3 +181,42 @@ def test_a_failed_cluster_operation_fails_the_cluster_and_its_pools(cluster, gpu
     )
     assert gpu_pool.status_message == "node pool gpupool: cluster llm-cluster failed"
     assert Event.objects.filter(kind__in=["cluster.failed", "node_pool.failed"]).count() == 2
+
+
+def running(cluster, pool):
+    reconcile_until_done(services.reconcile_cluster, cluster.pk)
+    reconcile_until_done(services.reconcile_node_pool, pool.pk)
+    pool.refresh_from_db()
+    return pool
+
+
+def test_a_pool_is_resized_through_set_size_then_deleted_once(
+    cluster, gpu_pool, fake_gke, django_capture_on_commit_callbacks
+):
+    pool = running(cluster, gpu_pool)
+    with django_capture_on_commit_callbacks(execute=False):
+        services.resize_node_pool(pool, 5)
+    reconcile_until_done(services.reconcile_node_pool, pool.pk)
+    reconcile_until_done(services.reconcile_node_pool, pool.pk)  # a retried task: no-op
+
+    pool.refresh_from_db()
+    assert (pool.status, pool.nodes.count()) == (NodePool.Status.RUNNING, 5)
+    (resize,) = fake_gke.requests("POST", "/nodePools/gpupool:setSize")
+    assert resize.body["nodeCount"] == 5
+
+    with django_capture_on_commit_callbacks(execute=False):
+        services.delete_node_pool(pool)
+    reconcile_until_done(services.reconcile_node_pool, pool.pk)
+
+    assert not NodePool.objects.filter(pk=pool.pk).exists()
+    assert len(fake_gke.requests("DELETE", "/nodePools/gpupool")) == 1
+    assert list(
+        Event.objects.filter(kind__startswith="node_pool.").values_list("kind", flat=True)
+    ) == [
+        "node_pool.creating",
+        "node_pool.created",
+        "node_pool.resizing",
+        "node_pool.resized",
+        "node_pool.deleting",
+        "node_pool.deleted",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from clusters import catalog, services
 from clusters.catalog import CatalogError
@@ -102,3 +103,95 @@ def test_a_retried_reconcile_resumes_the_stored_operation(
     pool.refresh_from_db()
     assert (pool.status, pool.operation_id) == (NodePool.Status.PROVISIONING, operation)
     assert not pool.nodes.exists()
+
+
+@pytest.fixture
+def running_pool(empty_cluster, instant_operations, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        pool = create_gpu_pool(empty_cluster, nodes=2)
+    pool.refresh_from_db()
+    return pool
+
+
+def node_names(pool):
+    return sorted(pool.nodes.values_list("name", flat=True))
+
+
+def test_a_pool_grows_and_shrinks_and_the_pods_of_removed_nodes_are_rescheduled(
+    running_pool, django_capture_on_commit_callbacks
+):
+    from workloads.models import KubeObject, Pod
+
+    first, second = node_names(running_pool)
+    with django_capture_on_commit_callbacks(execute=True):
+        grown = services.resize_node_pool(running_pool, 3)
+    grown.refresh_from_db()
+    assert grown.status == NodePool.Status.RUNNING
+    assert len(node_names(grown)) == 3
+    assert {first, second} <= set(node_names(grown))
+    owner = KubeObject.objects.create(
+        cluster=running_pool.cluster,
+        api_version="v1",
+        kind="Pod",
+        namespace="llm",
+        name="server",
+        manifest={},
+        created_at=timezone.now(),
+        updated_at=timezone.now(),
+    )
+    third = (set(node_names(grown)) - {first, second}).pop()
+    pod = Pod.objects.create(
+        cluster=running_pool.cluster,
+        owner=owner,
+        name="server",
+        namespace="llm",
+        phase=Pod.Phase.RUNNING,
+        ready=True,
+        created_at=timezone.now(),
+        node=grown.nodes.get(name=third),
+        bound_at=timezone.now(),
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.resize_node_pool(grown, 2)
+
+    grown.refresh_from_db()
+    assert (grown.status, grown.node_count, node_names(grown)) == ("RUNNING", 2, [first, second])
+    pod.refresh_from_db()
+    assert (pod.node, pod.phase, pod.ready) == (None, "Pending", False)
+    assert list(
+        Event.objects.filter(kind__startswith="node_pool.res").values_list("kind", "data__nodes")
+    ) == [
+        ("node_pool.resizing", None),
+        ("node_pool.resized", 3),
+        ("node_pool.resizing", None),
+        ("node_pool.resized", 2),
+    ]
+
+
+def test_a_deleted_pool_goes_with_its_nodes(running_pool, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        services.delete_node_pool(running_pool)
+
+    assert not NodePool.objects.filter(pk=running_pool.pk).exists()
+    assert not running_pool.cluster.nodes.exists()
+    assert Event.objects.filter(kind="node_pool.deleted").get().data["nodes"] == 0
+
+
+def test_a_size_the_catalog_refuses_changes_nothing(running_pool):
+    with pytest.raises(CatalogError, match="nodes"):
+        services.resize_node_pool(running_pool, catalog.MAX_NODES + 1)
+
+    running_pool.refresh_from_db()
+    assert (running_pool.status, running_pool.node_count) == ("RUNNING", 2)
+
+
+def test_a_pool_in_the_middle_of_an_operation_takes_no_other(
+    running_pool, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):  # the resize is still running
+        services.resize_node_pool(running_pool, 3)
+
+    with pytest.raises(services.PoolBusy, match="node pool gpupool is RESIZING"):
+        services.delete_node_pool(running_pool)
+    assert services.provisioning_node_pool_ids() == [running_pool.pk]  # beat resumes it
