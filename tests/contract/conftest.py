@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from clusters.models import Cluster
 from clusters.providers.gke import GkeProvider
 from tests.contract.fake_gke import FakeGke
 from tests.contract.fake_kube import FakeKube
+from tests.support import GPU_QUEUES, NAMESPACE, at, deployment, job
+from workloads import services
+from workloads.kube.client import from_endpoint
 
 
 @pytest.fixture
@@ -24,3 +28,24 @@ def gke(fake_gke):
 def fake_kube():
     with FakeKube() as fake:
         yield fake
+
+
+@pytest.fixture
+def api(fake_kube):
+    with from_endpoint(fake_kube.url) as api:
+        yield api
+
+
+def gpu_cluster_on(fake_kube: FakeKube) -> Cluster:
+    """A running gke cluster whose apiserver is the fake, with the GPU queues, a fine-tune
+    Job and an inference Deployment submitted (Kueue has not admitted them yet)."""
+    cluster = Cluster.objects.create(
+        name="llm-cluster",
+        provider="gke",
+        project="acme-ml",
+        status=Cluster.Status.RUNNING,
+        endpoint=fake_kube.url,
+    )
+    for text in (GPU_QUEUES, job(), deployment()):
+        services.apply(cluster, text, source="t.yaml", now=at(), namespace=NAMESPACE, admit=False)
+    return cluster

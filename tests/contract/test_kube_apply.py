@@ -35,12 +35,6 @@ LWS = {
 }
 
 
-@pytest.fixture
-def api(fake_kube):
-    with from_endpoint(fake_kube.url) as api:
-        yield api
-
-
 def kubeconfig(server: str, token: str) -> str:
     return yaml.safe_dump(
         {

@@ -8,11 +8,10 @@ from typing import Any
 import pytest
 
 from clusters.models import Cluster, Node, NodePool
-from tests.support import GPU_QUEUES, NAMESPACE, at, deployment, job
+from tests.contract.conftest import gpu_cluster_on
+from tests.support import NAMESPACE
 from web.panels import accelerator_totals
-from workloads import services
 from workloads.kube import watch
-from workloads.kube.client import from_endpoint
 from workloads.models import Pod, Workload
 
 GPU_POOL = "gpu-pool"
@@ -20,27 +19,13 @@ GPU_POOL = "gpu-pool"
 
 @pytest.fixture
 def cluster(db, fake_kube):
-    cluster = Cluster.objects.create(
-        name="llm-cluster",
-        provider="gke",
-        project="acme-ml",
-        status=Cluster.Status.RUNNING,
-        endpoint=fake_kube.url,
-    )
+    cluster = gpu_cluster_on(fake_kube)
     pool = NodePool.objects.create(
         cluster=cluster, name=GPU_POOL, machine_type="g2-standard-24", node_count=2
     )
     # What the machine catalog predicted before the nodes registered.
     Node.objects.create(cluster=cluster, node_pool=pool, name="predicted-0", allocatable={})
-    for text in (GPU_QUEUES, job(), deployment()):
-        services.apply(cluster, text, source="t.yaml", now=at(), namespace=NAMESPACE, admit=False)
     return cluster
-
-
-@pytest.fixture
-def api(fake_kube):
-    with from_endpoint(fake_kube.url) as api:
-        yield api
 
 
 def session(cluster: Cluster, api, watched: watch.Watched) -> watch.Session:

@@ -11,11 +11,11 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from events.models import Event
-from tests.support import GPU_QUEUES, NAMESPACE, at, deployment, job
-from workloads import services, tasks
+from tests.contract.conftest import gpu_cluster_on
+from tests.support import NAMESPACE, at
+from workloads import tasks
 from workloads.kube import apply as kube
 from workloads.kube import checkpoints, watch
-from workloads.kube.client import from_endpoint
 from workloads.kube.ingest import ingest
 from workloads.models import Checkpoint, KubeWatch, Workload
 
@@ -111,22 +111,7 @@ def preempted_finetune(released: bool) -> dict[str, Any]:
 
 @pytest.fixture
 def cluster(db, fake_kube):
-    cluster = Cluster.objects.create(
-        name="llm-cluster",
-        provider="gke",
-        project="acme-ml",
-        status=Cluster.Status.RUNNING,
-        endpoint=fake_kube.url,
-    )
-    for text in (GPU_QUEUES, job(), deployment()):
-        services.apply(cluster, text, source="t.yaml", now=at(), namespace=NAMESPACE, admit=False)
-    return cluster
-
-
-@pytest.fixture
-def api(fake_kube):
-    with from_endpoint(fake_kube.url) as api:
-        yield api
+    return gpu_cluster_on(fake_kube)
 
 
 def kinds(workload: Workload) -> list[str]:
