@@ -1,19 +1,27 @@
-"""Audit events: who changed which platform object, and how it looked before and after."""
+"""Audit events: who changed which platform object, and how it looked before and after.
+
+The API's views and the web UI's admin forms both record them, through here.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from django.http import HttpRequest
 from django.utils import timezone
-from rest_framework.request import Request
 
+from clusters.models import Cluster
 from events.services import record_event
+from workloads import services
+from workloads.manifests import Document, render
+from workloads.models import QUEUE_MODELS, QueueObject
 
 AUDIT_PREFIX = "audit."
 
 
 def audit(
-    request: Request,
+    request: HttpRequest,
     action: str,
     key: str,
     *,
@@ -32,3 +40,47 @@ def audit(
         before=before,
         after=after,
     )
+
+
+def rendered(kind: str, row: QueueObject) -> dict[str, Any]:
+    """A Kueue (or priority) object's manifest in Kueue's storage version."""
+    namespace = getattr(row, "namespace", None) if QUEUE_MODELS[kind].NAMESPACED else None
+    return render(kind, row.name, namespace, row.spec)
+
+
+def apply_queue_objects(
+    request: HttpRequest,
+    cluster: Cluster,
+    text: str | bytes,
+    *,
+    source: str,
+    check: Callable[[Document], None],
+) -> tuple[list[services.Applied], dict[int, QueueObject]]:
+    """`kubectl apply` of Kueue objects by an admin (`check` refuses other kinds), each change
+    audited with the object before and after; the applied items and the stored rows by pk."""
+    before: dict[str, dict[str, Any] | None] = {}
+
+    def authorize(doc: Document) -> None:
+        check(doc)
+        model = QUEUE_MODELS[doc.kind]
+        lookup = {"namespace": doc.namespace} if model.NAMESPACED else {}
+        old = model._default_manager.filter(cluster=cluster, name=doc.name, **lookup).first()
+        before[doc.key] = rendered(doc.kind, old) if old else None
+
+    applied = services.apply(cluster, text, source=source, now=timezone.now(), authorize=authorize)
+    rows: dict[int, QueueObject] = {}
+    for item in applied:
+        model = QUEUE_MODELS[item.kind]
+        row = model._default_manager.select_related("cluster").get(pk=item.pk)
+        rows[item.pk] = row
+        if item.action != "unchanged":
+            after = rendered(item.kind, row)
+            audit(
+                request,
+                item.action,
+                item.key,
+                cluster=cluster.name,
+                before=before[item.key],
+                after=after,
+            )
+    return applied, rows

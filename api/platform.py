@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import serializers as s
-from api.audit import audit
+from api.audit import apply_queue_objects, audit, rendered
 from api.common import Conflict, IsAdminOrReadOnly, cluster_from, now, signed_in
 from api.parsers import MANIFEST_PARSERS, manifest_text
 from api.workloads import CLUSTER_PARAM, MANIFEST_BODY
@@ -226,35 +226,20 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
     )
     def create(self, request: Request) -> Response:
         """`kubectl apply` of one or more objects of this kind."""
-        cluster = cluster_from(request)
-        before: dict[str, Any] = {}
 
         def only_this_kind(doc: Document) -> None:
             if doc.kind != self.kind:
                 raise Fields.of(doc).error(
                     "kind", doc.kind, f"this endpoint takes {self.kind} objects"
                 )
-            lookup = {"namespace": doc.namespace} if self.model.NAMESPACED else {}
-            old = self.model._default_manager.filter(
-                cluster=cluster, name=doc.name, **lookup
-            ).first()
-            before[doc.key] = self._render(old) if old else None
 
-        applied = services.apply(
-            cluster, manifest_text(request), source="request", now=now(), authorize=only_this_kind
+        applied, rows = apply_queue_objects(
+            request,
+            cluster_from(request),
+            manifest_text(request),
+            source="request",
+            check=only_this_kind,
         )
-        stored = self.model._default_manager.filter(pk__in=[a.pk for a in applied])
-        rows = {row.pk: row for row in stored.select_related("cluster")}
-        for item in applied:
-            if item.action != "unchanged":
-                audit(
-                    request,
-                    item.action,
-                    item.key,
-                    cluster=cluster.name,
-                    before=before[item.key],
-                    after=self._render(rows[item.pk]),
-                )
         created = any(a.action == "created" for a in applied)
         body = {
             "applied": [{"key": a.key, "action": a.action} for a in applied],
@@ -274,9 +259,7 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _render(self, row: Any) -> dict[str, Any]:
-        """The object's manifest in Kueue's storage version."""
-        namespace = row.namespace if self.model.NAMESPACED else None
-        return render(self.kind, row.name, namespace, row.spec)
+        return rendered(self.kind, row)
 
 
 def queue_viewset(kind: str) -> type[QueueObjectViewSet]:

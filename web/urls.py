@@ -13,6 +13,11 @@ urlpatterns = [
     path("clusters/<slug:name>/", platform.cluster_detail, name="cluster"),
     path("clusters/<slug:name>/tpu/", platform.tpu_map, name="tpu-map"),
     path("clusters/<slug:name>/nodepools/new/", admin.new_node_pool, name="new-node-pool"),
+    path(
+        "clusters/<slug:name>/nodepools/<slug:pool>/",
+        admin.node_pool_action,
+        name="node-pool-action",
+    ),
     path("queues/", platform.queues, name="queues"),
     path("workloads/", workloads.workload_list, name="workloads"),
     path("workloads/<int:pk>/", workloads.workload_detail, name="workload"),

@@ -564,3 +564,51 @@ def test_a_cluster_form_problem_is_shown_next_to_its_field(admin, fields, field,
     errors = refused.context["form"].errors
     assert any(problem in error for error in errors[field]), errors
     assert not Cluster.objects.filter(name="real").exists()
+
+
+def test_an_admin_resizes_then_deletes_a_pool_from_the_cluster_page(
+    admin, settings, django_capture_on_commit_callbacks
+):
+    from events.models import Event
+
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    settings.ACCELPLANE_SIM_OPERATION_SECONDS = 0
+    pool = NodePool.objects.filter(cluster__name=CLUSTER).order_by("name").first()
+    url = f"/clusters/{CLUSTER}/nodepools/{pool.name}/"
+    assert f'action="{url}"' in admin.get(f"/clusters/{CLUSTER}/").content.decode()
+
+    unconfirmed = admin.post(url, {"action": "delete"}, follow=True)
+    assert "tick the box to confirm the deletion" in unconfirmed.content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        admin.post(url, {"action": "resize", "node_count": pool.node_count + 1})
+    pool.refresh_from_db()
+    assert (pool.status, pool.nodes.count()) == ("RUNNING", pool.node_count)
+    with django_capture_on_commit_callbacks(execute=True):
+        admin.post(url, {"action": "delete", "confirm": "on"})
+
+    assert not NodePool.objects.filter(pk=pool.pk).exists()
+    audits = Event.objects.filter(kind__startswith="audit.", object_key__startswith="NodePool/")
+    assert [e.kind for e in audits.order_by("id")] == ["audit.configured", "audit.deleted"]
+
+
+def test_admin_changes_made_in_the_ui_are_audited_like_the_apis(admin):
+    from events.models import Event
+
+    admin.post("/platform/clusters/new/", {"name": "tpu", "location": "us-east5"})
+    flavor = f"/platform/kueue/resourceflavor/new/?cluster={CLUSTER}"
+    labels = "cloud.google.com/gke-accelerator=nvidia-tesla-a100"
+    admin.post(flavor, {"name": "a100", "node_labels": labels})
+    admin.post(flavor, {"name": "a100", "node_labels": labels})  # unchanged: not audited
+    admin.post("/platform/teams/new/", {"name": "speech", "namespaces": "speech"})
+
+    audits = Event.objects.filter(kind__startswith="audit.").order_by("id")
+    assert [(e.kind, e.object_key, e.data["user"]) for e in audits] == [
+        ("audit.created", "Cluster/tpu", "admin"),
+        ("audit.created", "ResourceFlavor/a100", "admin"),
+        ("audit.created", "Team/speech", "admin"),
+    ]
+    flavor_audit = audits[1].data
+    assert flavor_audit["before"] is None
+    assert flavor_audit["after"]["spec"]["nodeLabels"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-tesla-a100"
+    }

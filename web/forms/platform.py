@@ -167,6 +167,22 @@ class NodePoolForm(forms.Form):
         return data
 
 
+class NodePoolActionForm(forms.Form):
+    """The cluster page's buttons on a pool: resize to `node_count`, or delete (confirmed)."""
+
+    action = forms.ChoiceField(choices=[("resize", "Resize"), ("delete", "Delete")])
+    node_count = forms.IntegerField(min_value=1, max_value=catalog.MAX_NODES, required=False)
+    confirm = forms.BooleanField(required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("action") == "resize" and data.get("node_count") is None:
+            self.add_error("node_count", "how many nodes?")
+        if data.get("action") == "delete" and not data.get("confirm"):
+            self.add_error("confirm", "tick the box to confirm the deletion")
+        return data
+
+
 class KueueForm(forms.Form):
     """A form that is one Kueue (or scheduling.k8s.io) object: `manifest()` builds it and
     `FIELD_PATHS` maps the manifest's field paths back to the form's fields."""

@@ -6,24 +6,27 @@ from typing import Any
 
 import yaml
 from django import forms
+from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect
-from django.utils import timezone
+from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_POST
 
+from api.audit import apply_queue_objects, audit
+from api.serializers import ClusterSerializer, NodePoolSerializer, TeamSerializer
 from clusters import catalog
 from clusters import services as cluster_services
-from clusters.models import Cluster
+from clusters.models import Cluster, NodePool
 from teams import services as team_services
 from teams.models import Team
 from web.forms.platform import (
     KUEUE_FORMS,
     ClusterForm,
     KueueForm,
+    NodePoolActionForm,
     NodePoolForm,
     TeamForm,
 )
 from web.views.common import chosen_cluster, cluster_named, page, staff_required
-from workloads import services
 from workloads.manifests import Document, ManifestError
 from workloads.models import QUEUE_MODELS
 
@@ -50,6 +53,9 @@ def new_cluster(request: HttpRequest) -> HttpResponse:
     form = ClusterForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         cluster = cluster_services.create_cluster(**form.cleaned_data)
+        shown = {k: v for k, v in ClusterSerializer(cluster).data.items() if k != "node_pools"}
+        key = f"Cluster/{cluster.name}"
+        audit(request, "created", key, cluster=cluster.name, after=shown)
         return redirect("web:cluster", name=cluster.name)
     return _form_page(request, form, "New cluster")
 
@@ -62,14 +68,47 @@ def new_node_pool(request: HttpRequest, name: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            cluster_services.create_node_pool(cluster, **data)
+            pool = cluster_services.create_node_pool(cluster, **data)
         except catalog.CatalogError as error:  # the form asked the catalog already
             form.add_error(None, str(error))
         else:
+            key = f"NodePool/{cluster.name}/{pool.name}"
+            audit(
+                request, "created", key, cluster=cluster.name, after=NodePoolSerializer(pool).data
+            )
             return redirect("web:cluster", name=cluster.name)
     return _form_page(
         request, form, f"New node pool in {cluster.name}", cluster=cluster, catalog=True
     )
+
+
+@staff_required
+@require_POST
+def node_pool_action(request: HttpRequest, name: str, pool: str) -> HttpResponse:
+    """Resize (`node_count`) or delete (`confirm` ticked) a node pool from the cluster page;
+    a worker does it and the page shows the pool RESIZING or DELETING until then."""
+    cluster = cluster_named(name)
+    row = get_object_or_404(NodePool, cluster=cluster, name=pool)
+    form = NodePoolActionForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, f"node pool {pool}: {' '.join(map(str, errors))}")
+        return redirect("web:cluster", name=cluster.name)
+    before = NodePoolSerializer(row).data
+    try:
+        if form.cleaned_data["action"] == "delete":
+            row = cluster_services.delete_node_pool(row)
+            done = "deleted"
+        else:
+            row = cluster_services.resize_node_pool(row, form.cleaned_data["node_count"])
+            done = "configured"
+    except (cluster_services.PoolBusy, catalog.CatalogError) as error:
+        messages.error(request, str(error))
+    else:
+        after = NodePoolSerializer(row).data
+        key = f"NodePool/{cluster.name}/{row.name}"
+        audit(request, done, key, cluster=cluster.name, before=before, after=after)
+    return redirect("web:cluster", name=cluster.name)
 
 
 class KueueYamlForm(KueueForm):
@@ -118,7 +157,7 @@ def new_kueue_object(request: HttpRequest, kind: str) -> HttpResponse:
             else yaml.safe_dump(form.manifest(), sort_keys=False)
         )
         try:
-            services.apply(cluster, text, source="form", now=timezone.now(), authorize=_only_kueue)
+            apply_queue_objects(request, cluster, text, source="form", check=_only_kueue)
         except ManifestError as error:
             form.add_manifest_error(error)
         else:
@@ -134,11 +173,12 @@ def new_team(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            team_services.ensure_team(
+            team = team_services.ensure_team(
                 data["name"], namespaces=data["namespaces"], members=data["members"]
             )
         except team_services.TeamError as error:  # roles are checked by the form
             form.add_error("namespaces", str(error))
         else:
+            audit(request, "created", f"Team/{team.name}", after=TeamSerializer(team).data)
             return redirect("web:platform")
     return _form_page(request, form, "New team")

@@ -46,7 +46,7 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
 
     def pools() -> dict[str, Any]:
         provisioning = NodePool.objects.filter(
-            cluster=cluster, status=NodePool.Status.PROVISIONING
+            cluster=cluster, status__in=NodePool.IN_PROGRESS
         ).exists()
         return {
             "pools": panels.node_pools(cluster, caller(request)),
