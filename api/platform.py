@@ -76,6 +76,21 @@ class ClusterViewSet(
         name = serializer.instance.name
         audit(self.request, "created", f"Cluster/{name}", cluster=name, after=after)
 
+    @extend_schema(responses={202: s.ClusterSerializer})
+    def destroy(self, request: Request, pk: str) -> Response:
+        """Delete the cluster at its provider (a worker does it; the cluster is DELETING until
+        then, watch `cluster.*` events); then Accelplane forgets it. 409 while it is being
+        created or already deleted."""
+        cluster = self.get_object()
+        before = {k: v for k, v in s.ClusterSerializer(cluster).data.items() if k != "node_pools"}
+        try:
+            cluster = cluster_services.delete_cluster(cluster)
+        except cluster_services.Busy as busy:
+            raise Conflict(str(busy)) from None
+        key = f"Cluster/{cluster.name}"
+        audit(request, "deleted", key, cluster=cluster.name, before=before)
+        return Response(s.ClusterSerializer(cluster).data, status=status.HTTP_202_ACCEPTED)
+
     def perform_update(self, serializer: s.ClusterSerializer) -> None:  # type: ignore[override]
         cluster = serializer.instance
         assert cluster is not None
@@ -137,7 +152,7 @@ class ClusterViewSet(
                 body.is_valid(raise_exception=True)
                 row = cluster_services.resize_node_pool(row, body.validated_data["node_count"])
                 action_name = "configured"
-        except cluster_services.PoolBusy as busy:
+        except cluster_services.Busy as busy:
             raise Conflict(str(busy)) from None
         shown = s.NodePoolSerializer(row).data
         key = f"NodePool/{cluster.name}/{row.name}"

@@ -21,8 +21,8 @@ POLL_SECONDS = 1.0  # between looks at a running provider operation
 RETRY_SECONDS = 30.0  # after the provider was unavailable or rate limited
 
 
-class PoolBusy(Exception):
-    """The node pool is in the middle of another operation."""
+class Busy(Exception):
+    """The cluster or node pool is in the middle of another operation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +156,9 @@ def _new_pool(
 
 
 def provisioning_cluster_ids() -> list[int]:
-    return list(
-        Cluster.objects.filter(status=Cluster.Status.PROVISIONING).values_list("pk", flat=True)
-    )
+    """Clusters with a provider operation under way: created or deleted."""
+    busy = (Cluster.Status.PROVISIONING, Cluster.Status.DELETING)
+    return list(Cluster.objects.filter(status__in=busy).values_list("pk", flat=True))
 
 
 def provisioning_node_pool_ids() -> list[int]:
@@ -190,7 +190,7 @@ def _start_pool_operation(pool: NodePool, status: str, message: str, **changes: 
     with transaction.atomic():
         locked = NodePool.objects.select_for_update().select_related("cluster").get(pk=pool.pk)
         if locked.status in NodePool.IN_PROGRESS:
-            raise PoolBusy(
+            raise Busy(
                 f"node pool {locked.name} is {locked.status}: wait until it is RUNNING or ERROR"
             )
         # A new operation: the stored id of the last one must not be polled for this one.
@@ -210,16 +210,49 @@ def _start_pool_operation(pool: NodePool, status: str, message: str, **changes: 
     return locked
 
 
+def delete_cluster(cluster: Cluster) -> Cluster:
+    """Record the deletion and delete at the provider in a task; when it is done the cluster's
+    row goes, and with it everything Accelplane kept of it (the event log stays)."""
+    from clusters import tasks
+
+    with transaction.atomic():
+        locked = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        if locked.status in (Cluster.Status.PROVISIONING, Cluster.Status.DELETING):
+            raise Busy(
+                f"cluster {locked.name} is {locked.status}: wait until it is RUNNING or ERROR"
+            )
+        Cluster.objects.filter(pk=cluster.pk).update(
+            status=Cluster.Status.DELETING, status_message="", operation_id=""
+        )
+        record_event(
+            "cluster.deleting",
+            at=timezone.now(),
+            cluster=locked.name,
+            object_key=f"Cluster/{locked.name}",
+            message=f"deleting cluster {locked.name}",
+        )
+        transaction.on_commit(lambda: tasks.reconcile_cluster.delay(cluster.pk))
+    locked.refresh_from_db()
+    return locked
+
+
 def reconcile_cluster(cluster_id: int) -> Progress:
-    """Advance a provisioning cluster; safe to call any number of times."""
+    """Advance a cluster being created or deleted; safe to call any number of times."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()
-    if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
+    if cluster is None or cluster.status not in (
+        Cluster.Status.PROVISIONING,
+        Cluster.Status.DELETING,
+    ):
         return Progress(done=True)
-    failure = _Failure(Cluster, cluster.pk, "cluster", cluster.name, f"Cluster/{cluster.name}")
+    key = f"Cluster/{cluster.name}"
+    failure = _Failure(Cluster, cluster.pk, "cluster", cluster.name, key, cluster.status)
+    deleting = cluster.status == Cluster.Status.DELETING
     try:
         provider = provider_for(cluster)
         if not cluster.operation_id:
-            operation = provider.create_cluster(_cluster_spec(cluster))
+            spec = _cluster_spec(cluster)
+            start = provider.delete_cluster if deleting else provider.create_cluster
+            operation = start(spec)
             # Stored before waiting: a retried task resumes this operation, never starts another.
             Cluster.objects.filter(pk=cluster.pk, operation_id="").update(operation_id=operation.id)
             cluster.refresh_from_db()
@@ -230,6 +263,17 @@ def reconcile_cluster(cluster_id: int) -> Progress:
         return failure.fail(f"cluster {cluster.name}: {operation.error}")
     if not operation.done:
         return Progress(done=False, retry_after=POLL_SECONDS)
+    if deleting:
+        with transaction.atomic():
+            if Cluster.objects.filter(pk=cluster.pk, status=Cluster.Status.DELETING).delete()[0]:
+                record_event(
+                    "cluster.deleted",
+                    at=timezone.now(),
+                    cluster=cluster.name,
+                    object_key=key,
+                    message=f"cluster {cluster.name} is deleted",
+                )
+        return Progress(done=True)
     try:
         access = provider.kubernetes_access(_cluster_spec(cluster))
     except ProviderError as error:
@@ -245,7 +289,7 @@ def reconcile_cluster(cluster_id: int) -> Progress:
                 "cluster.created",
                 at=timezone.now(),
                 cluster=cluster.name,
-                object_key=f"Cluster/{cluster.name}",
+                object_key=key,
                 message=f"cluster {cluster.name} is running",
             )
     return Progress(done=True)

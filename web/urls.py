@@ -12,6 +12,7 @@ urlpatterns = [
     path("logout/", auth.LogoutView.as_view(next_page="web:login"), name="logout"),
     path("clusters/<slug:name>/", platform.cluster_detail, name="cluster"),
     path("clusters/<slug:name>/tpu/", platform.tpu_map, name="tpu-map"),
+    path("clusters/<slug:name>/delete/", admin.delete_cluster, name="delete-cluster"),
     path("clusters/<slug:name>/nodepools/new/", admin.new_node_pool, name="new-node-pool"),
     path(
         "clusters/<slug:name>/nodepools/<slug:pool>/",

@@ -84,6 +84,9 @@ class Provider(Protocol):
     def kubernetes_access(self, spec: ClusterSpec) -> KubernetesAccess:
         """Where a created cluster's Kubernetes API answers, for the Kubernetes backend."""
 
+    def delete_cluster(self, spec: ClusterSpec) -> Operation:
+        """Start deleting a cluster and its node pools; one already gone is a done operation."""
+
     def set_node_pool_size(self, spec: NodePoolSpec, node_count: int) -> Operation:
         """Start resizing a node pool to `node_count` nodes (per zone)."""
 

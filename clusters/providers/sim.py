@@ -51,6 +51,9 @@ class SimProvider:
     def kubernetes_access(self, spec: ClusterSpec) -> KubernetesAccess:
         return KubernetesAccess("", "")  # the simulator is the cluster
 
+    def delete_cluster(self, spec: ClusterSpec) -> Operation:
+        return self._start("delete-cluster", spec.name)
+
     def set_node_pool_size(self, spec: NodePoolSpec, node_count: int) -> Operation:
         check_pool(replace(spec, node_count=node_count))
         return self._start("resize-node-pool", spec.name)

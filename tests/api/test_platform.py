@@ -108,6 +108,25 @@ def test_admins_resize_and_delete_node_pools_one_operation_at_a_time(
     assert not NodePool.objects.filter(cluster=tenants).exists()
 
 
+def test_admins_delete_a_cluster_and_it_goes_once_the_provider_is_done(
+    admin, alice, tenants, settings, django_capture_on_commit_callbacks
+):
+    settings.ACCELPLANE_SIM_OPERATION_SECONDS = 0
+    url = f"/api/v1/clusters/{tenants.pk}"
+
+    assert alice.delete(url).status_code == 403
+    with django_capture_on_commit_callbacks(execute=False):
+        deleting = admin.delete(url)
+        again = admin.delete(url)
+
+    assert deleting.status_code == 202
+    assert deleting.json()["status"] == "DELETING"
+    assert again.status_code == 409
+    assert tenants_events("audit.deleted")[0]["object_key"] == f"Cluster/{tenants.name}"
+    services.reconcile_cluster(tenants.pk)
+    assert admin.get(url).status_code == 404
+
+
 def tenants_events(kind):
     from events.models import Event
 

@@ -220,3 +220,18 @@ def test_a_pool_is_resized_through_set_size_then_deleted_once(
         "node_pool.deleting",
         "node_pool.deleted",
     ]
+
+
+def test_a_cluster_is_deleted_once_through_the_gke_api(
+    cluster, gpu_pool, fake_gke, django_capture_on_commit_callbacks
+):
+    running(cluster, gpu_pool)
+    with django_capture_on_commit_callbacks(execute=False):
+        services.delete_cluster(Cluster.objects.get(pk=cluster.pk))
+
+    reconcile_until_done(services.reconcile_cluster, cluster.pk)
+
+    assert not Cluster.objects.filter(pk=cluster.pk).exists()
+    (deleted,) = fake_gke.requests("DELETE", "/clusters/llm-cluster")
+    assert deleted.status == 200
+    assert Event.objects.filter(kind="cluster.deleted", object_key="Cluster/llm-cluster").exists()

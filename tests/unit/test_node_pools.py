@@ -192,6 +192,26 @@ def test_a_pool_in_the_middle_of_an_operation_takes_no_other(
     with django_capture_on_commit_callbacks(execute=False):  # the resize is still running
         services.resize_node_pool(running_pool, 3)
 
-    with pytest.raises(services.PoolBusy, match="node pool gpupool is RESIZING"):
+    with pytest.raises(services.Busy, match="node pool gpupool is RESIZING"):
         services.delete_node_pool(running_pool)
     assert services.provisioning_node_pool_ids() == [running_pool.pk]  # beat resumes it
+
+
+def test_a_deleted_cluster_goes_at_the_provider_then_here(
+    running_pool, django_capture_on_commit_callbacks
+):
+    cluster = running_pool.cluster
+    with django_capture_on_commit_callbacks(execute=False):  # the worker comes later
+        deleting = services.delete_cluster(cluster)
+    assert deleting.status == Cluster.Status.DELETING
+    with pytest.raises(services.Busy, match="cluster llm-cluster is DELETING"):
+        services.delete_cluster(cluster)
+    assert services.provisioning_cluster_ids() == [cluster.pk]  # beat resumes it
+
+    assert services.reconcile_cluster(cluster.pk).done
+    assert services.reconcile_cluster(cluster.pk).done  # a retried task: nothing more
+
+    assert not Cluster.objects.filter(pk=cluster.pk).exists()
+    assert not NodePool.objects.exists()
+    kinds = Event.objects.filter(kind__startswith="cluster.").values_list("kind", flat=True)
+    assert list(kinds) == ["cluster.deleting", "cluster.deleted"]

@@ -612,3 +612,21 @@ def test_admin_changes_made_in_the_ui_are_audited_like_the_apis(admin):
     assert flavor_audit["after"]["spec"]["nodeLabels"] == {
         "cloud.google.com/gke-accelerator": "nvidia-tesla-a100"
     }
+
+
+def test_an_admin_deletes_a_cluster_from_its_page_once_confirmed(
+    admin, django_capture_on_commit_callbacks
+):
+    from clusters.models import Cluster
+
+    url = f"/clusters/{CLUSTER}/delete/"
+    assert f'action="{url}"' in admin.get(f"/clusters/{CLUSTER}/").content.decode()
+    unconfirmed = admin.post(url, follow=True)
+    assert "tick the box to confirm the deletion" in unconfirmed.content.decode()
+    assert Cluster.objects.get(name=CLUSTER).status == "RUNNING"
+
+    with django_capture_on_commit_callbacks(execute=False):  # the worker comes later
+        deleting = admin.post(url, {"confirm": "on"}, follow=True)
+
+    assert f"cluster {CLUSTER} is being deleted" in deleting.content.decode()
+    assert Cluster.objects.get(name=CLUSTER).status == "DELETING"

@@ -102,13 +102,32 @@ def node_pool_action(request: HttpRequest, name: str, pool: str) -> HttpResponse
         else:
             row = cluster_services.resize_node_pool(row, form.cleaned_data["node_count"])
             done = "configured"
-    except (cluster_services.PoolBusy, catalog.CatalogError) as error:
+    except (cluster_services.Busy, catalog.CatalogError) as error:
         messages.error(request, str(error))
     else:
         after = NodePoolSerializer(row).data
         key = f"NodePool/{cluster.name}/{row.name}"
         audit(request, done, key, cluster=cluster.name, before=before, after=after)
     return redirect("web:cluster", name=cluster.name)
+
+
+@staff_required
+@require_POST
+def delete_cluster(request: HttpRequest, name: str) -> HttpResponse:
+    """Delete a cluster (confirmed) at its provider; a worker does it, then it is gone."""
+    cluster = cluster_named(name)
+    if not request.POST.get("confirm"):
+        messages.error(request, "tick the box to confirm the deletion")
+        return redirect("web:cluster", name=cluster.name)
+    before = {k: v for k, v in ClusterSerializer(cluster).data.items() if k != "node_pools"}
+    try:
+        cluster_services.delete_cluster(cluster)
+    except cluster_services.Busy as error:
+        messages.error(request, str(error))
+        return redirect("web:cluster", name=cluster.name)
+    audit(request, "deleted", f"Cluster/{cluster.name}", cluster=cluster.name, before=before)
+    messages.info(request, f"cluster {cluster.name} is being deleted")
+    return redirect("web:platform")
 
 
 class KueueYamlForm(KueueForm):
