@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from celery import Task
 from django.db import transaction
 from django.utils import timezone
 
@@ -31,6 +33,15 @@ class Progress:
 
     done: bool
     retry_after: float = 0.0
+
+
+def _started(
+    task: Task[Any, Any], pk: int, kind: str, cluster: str, key: str, message: str, **data: int
+) -> None:
+    """The event saying a provider operation started on object `key`, and the task that
+    drives it, queued once the caller's transaction commits."""
+    record_event(kind, at=timezone.now(), cluster=cluster, object_key=key, message=message, **data)
+    transaction.on_commit(lambda: task.delay(pk))
 
 
 def provider_for(cluster: Cluster) -> Provider:
@@ -89,14 +100,9 @@ def create_cluster(
         cluster = Cluster.objects.create(
             name=name, provider=provider, project=project, location=location, **gke_settings
         )
-        record_event(
-            "cluster.creating",
-            at=timezone.now(),
-            cluster=name,
-            object_key=f"Cluster/{name}",
-            message=f"creating cluster {name} ({provider})",
-        )
-        transaction.on_commit(lambda: tasks.reconcile_cluster.delay(cluster.pk))
+        message = f"creating cluster {name} ({provider})"
+        key = f"Cluster/{name}"
+        _started(tasks.reconcile_cluster, cluster.pk, "cluster.creating", name, key, message)
     return cluster
 
 
@@ -120,14 +126,10 @@ def create_node_pool(
         pool = _new_pool(
             cluster, name, machine_type, node_count, tpu_topology, block, **gke_settings
         )
-        record_event(
-            "node_pool.creating",
-            at=timezone.now(),
-            cluster=cluster.name,
-            object_key=f"NodePool/{cluster.name}/{name}",
-            message=f"creating node pool {name}: {node_count} x {machine_type}",
-        )
-        transaction.on_commit(lambda: tasks.reconcile_node_pool.delay(pool.pk))
+        message = f"creating node pool {name}: {node_count} x {machine_type}"
+        key = f"NodePool/{cluster.name}/{name}"
+        kind = "node_pool.creating"
+        _started(tasks.reconcile_node_pool, pool.pk, kind, cluster.name, key, message)
     return pool
 
 
@@ -197,15 +199,10 @@ def _start_pool_operation(pool: NodePool, status: str, message: str, **changes: 
         NodePool.objects.filter(pk=pool.pk).update(
             status=status, status_message="", operation_id="", **changes
         )
-        record_event(
-            f"node_pool.{status.lower()}",
-            at=timezone.now(),
-            cluster=locked.cluster.name,
-            object_key=f"NodePool/{locked.cluster.name}/{locked.name}",
-            message=message,
-            **changes,
-        )
-        transaction.on_commit(lambda: tasks.reconcile_node_pool.delay(pool.pk))
+        kind = f"node_pool.{status.lower()}"
+        key = f"NodePool/{locked.cluster.name}/{locked.name}"
+        cluster = locked.cluster.name
+        _started(tasks.reconcile_node_pool, pool.pk, kind, cluster, key, message, **changes)
     locked.refresh_from_db()
     return locked
 
@@ -224,14 +221,9 @@ def delete_cluster(cluster: Cluster) -> Cluster:
         Cluster.objects.filter(pk=cluster.pk).update(
             status=Cluster.Status.DELETING, status_message="", operation_id=""
         )
-        record_event(
-            "cluster.deleting",
-            at=timezone.now(),
-            cluster=locked.name,
-            object_key=f"Cluster/{locked.name}",
-            message=f"deleting cluster {locked.name}",
-        )
-        transaction.on_commit(lambda: tasks.reconcile_cluster.delay(cluster.pk))
+        message = f"deleting cluster {locked.name}"
+        key = f"Cluster/{locked.name}"
+        _started(tasks.reconcile_cluster, cluster.pk, "cluster.deleting", locked.name, key, message)
     locked.refresh_from_db()
     return locked
 
