@@ -190,6 +190,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 ACCELPLANE_PROVIDER = os.environ.get("ACCELPLANE_PROVIDER", "sim")
 # Simulated GKE operations take this long (seconds of wall time) before nodes appear.
 ACCELPLANE_SIM_OPERATION_SECONDS = envint("ACCELPLANE_SIM_OPERATION_SECONDS", 3)
+# How long one watch session of a real cluster's apiserver lasts before the next one.
+ACCELPLANE_WATCH_SESSION_SECONDS = envint("ACCELPLANE_WATCH_SESSION_SECONDS", 300)
 # The gke provider: Application Default Credentials unless a service account key file is
 # named; an endpoint override (plain http) points the client at a local fake (docs/gke.md).
 ACCELPLANE_GKE_ENDPOINT = os.environ.get("ACCELPLANE_GKE_ENDPOINT", "")

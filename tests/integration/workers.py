@@ -34,7 +34,8 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None
 
 
 class Workers:
-    """Starts workers (`--pool=solo`) with extra environment; `stop` ends every one."""
+    """Starts workers (`--pool=solo` unless the options name a pool) with extra options and
+    environment; `stop` ends every one."""
 
     def __init__(self, logs: Path, env: Mapping[str, str]):
         self.logs = logs
@@ -46,8 +47,9 @@ class Workers:
         }
         self.started: list[tuple[subprocess.Popen[bytes], IO[str]]] = []
 
-    def __call__(self, **env: str) -> subprocess.Popen[bytes]:
+    def __call__(self, *options: str, **env: str) -> subprocess.Popen[bytes]:
         log = (self.logs / f"worker-{len(self.started)}.log").open("w")
+        pool = [] if any(o.startswith("--pool") for o in options) else ["--pool=solo"]
         worker = subprocess.Popen(
             [
                 sys.executable,
@@ -56,7 +58,8 @@ class Workers:
                 "-A",
                 "controlplane",
                 "worker",
-                "--pool=solo",
+                *pool,
+                *options,
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import urllib3
+from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 from kubernetes import client, watch
@@ -31,7 +32,7 @@ from workloads.models import KubeWatch
 logger = logging.getLogger(__name__)
 
 HTTP_GONE = 410
-SESSION_SECONDS = 300
+SESSION_SECONDS = settings.ACCELPLANE_WATCH_SESSION_SECONDS
 # After a failure or a dropped connection: give the apiserver a moment.
 RETRY_SECONDS = 5.0
 

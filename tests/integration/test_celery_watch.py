@@ -1,0 +1,59 @@
+"""The watcher (a thread-pool worker of the `watch` queue, as `make stack` and Compose run it)
+over Redis: beat's leases start a watch of each resource of a real cluster, and what the fake
+apiserver holds comes back as rows and events while the admitting workers stay free."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusters.models import Node, NodePool
+from events.models import Event
+from tests.contract.conftest import gpu_cluster_on
+from tests.contract.fake_kube import FakeKube
+from tests.contract.test_kube_mirror import node, trainer
+from tests.contract.test_kube_watch import admitted_finetune
+from tests.integration.workers import wait_for
+from workloads import tasks
+from workloads.models import KubeWatch, Pod, Workload
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WATCHED_WITHIN = 30.0  # seconds: the watcher's start-up and three watch sessions
+
+
+@pytest.fixture
+def fake_kube():
+    with FakeKube() as fake:
+        yield fake
+
+
+def test_beat_starts_every_watch_of_a_cluster_on_the_watcher(fake_kube, start_worker):
+    start_worker(
+        "--queues=watch", "--pool=threads", "--concurrency=8", ACCELPLANE_WATCH_SESSION_SECONDS="2"
+    )
+    cluster = gpu_cluster_on(fake_kube)
+    NodePool.objects.create(
+        cluster=cluster, name="gpu-pool", machine_type="g2-standard-24", node_count=1
+    )
+    fake_kube.put(node("gpu-node-0"))
+    fake_kube.put(trainer(0, node_name="gpu-node-0"))
+    fake_kube.put(admitted_finetune())
+
+    tasks.watch_clusters()  # beat
+
+    wait_for(
+        lambda: (
+            Workload.objects.filter(owner__name="finetune", phase="Admitted").exists()
+            and Pod.objects.filter(name="finetune-0-x7k2p", node__name="gpu-node-0").exists()
+        ),
+        WATCHED_WITHIN,
+        "the Kueue Workload, the Node and the Pod ingested by the watcher",
+    )
+    assert Node.objects.filter(cluster=cluster).count() == 1
+    assert Event.objects.filter(kind="workload.admitted").count() == 1
+    leased = KubeWatch.objects.filter(cluster=cluster, leased_until__isnull=False)
+    assert sorted(leased.values_list("resource", flat=True)) == [
+        "nodes",
+        "pods",
+        "workloads.kueue.x-k8s.io",
+    ]
