@@ -184,3 +184,15 @@ def test_a_relist_forgets_pods_deleted_while_nobody_watched(cluster, api, fake_k
 
     assert relisted.relisted
     assert list(Pod.objects.values_list("name", flat=True)) == ["finetune-1-x7k2p"]
+
+
+def test_a_pod_seen_before_its_node_is_bound_to_it_when_the_node_comes(cluster, api, fake_kube):
+    fake_kube.put(trainer(0, node_name="late-node"))
+    session(cluster, api, watch.PODS)
+    assert Pod.objects.get().node is None
+
+    fake_kube.put(node("late-node"))
+    session(cluster, api, watch.NODES)
+
+    assert Pod.objects.get().node.name == "late-node"
+    assert gpus(cluster) == (2, 2)

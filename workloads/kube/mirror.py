@@ -56,7 +56,7 @@ def ingest_node(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
         return 0  # GKE's default pool, or one made outside Accelplane
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     ready = _conditions(obj).get("Ready", {}).get("status") == "True"
-    Node.objects.update_or_create(
+    row, _ = Node.objects.update_or_create(
         cluster=cluster,
         name=metadata.get("name", ""),
         defaults={
@@ -71,6 +71,9 @@ def ingest_node(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
             "ready": ready and not spec.get("unschedulable", False),
         },
     )
+    # Pods and Nodes are watched apart: a pod seen before its node is bound to it now.
+    waiting = Pod.objects.filter(cluster=cluster, node__isnull=True, phase__in=HOLDING_NODE)
+    waiting.filter(scheduling__node_name=row.name).update(node=row)
     return 0
 
 
@@ -124,6 +127,7 @@ def ingest_pod(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
                 "replica_index": replica,
                 "phase": phase,
                 "scheduling": {
+                    "node_name": node_name or "",
                     "requests": _requests(obj),
                     "node_selector": spec.get("nodeSelector") or {},
                     "tolerations": spec.get("tolerations") or [],

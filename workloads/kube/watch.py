@@ -86,7 +86,6 @@ NODES = Watched(
     mirror.forget_node,
     mirror.keep_nodes,
 )
-# Nodes first: a relisted pod finds the node it is bound to.
 WATCHED = {w.resource: w for w in (NODES, WORKLOADS, PODS)}
 
 
