@@ -48,12 +48,27 @@ def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 # Nodes.
 
 
+def _serialized(cluster: Cluster) -> None:
+    """Pods and Nodes are watched apart, each by its own worker: their transactions take the
+    cluster's row lock, so that a pod and its node ingested at the same moment still meet
+    (whichever commits second sees the other and binds the pod)."""
+    list(Cluster.objects.select_for_update().filter(pk=cluster.pk).values_list("pk"))
+
+
 def ingest_node(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
     metadata = _metadata(obj)
     labels = metadata.get("labels") or {}
     pool = NodePool.objects.filter(cluster=cluster, name=labels.get(POOL_LABEL, "")).first()
     if pool is None:
         return 0  # GKE's default pool, or one made outside Accelplane
+    with transaction.atomic():
+        _serialized(cluster)
+        _store_node(cluster, pool, obj)
+    return 0
+
+
+def _store_node(cluster: Cluster, pool: NodePool, obj: Mapping[str, Any]) -> None:
+    metadata = _metadata(obj)
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     ready = _conditions(obj).get("Ready", {}).get("status") == "True"
     row, _ = Node.objects.update_or_create(
@@ -61,7 +76,7 @@ def ingest_node(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
         name=metadata.get("name", ""),
         defaults={
             "node_pool": pool,
-            "labels": labels,
+            "labels": metadata.get("labels") or {},
             "taints": [
                 {"key": t.get("key", ""), "value": t.get("value", ""), "effect": t.get("effect")}
                 for t in spec.get("taints") or []
@@ -71,10 +86,9 @@ def ingest_node(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
             "ready": ready and not spec.get("unschedulable", False),
         },
     )
-    # Pods and Nodes are watched apart: a pod seen before its node is bound to it now.
+    # A pod seen before its node is bound to it now.
     waiting = Pod.objects.filter(cluster=cluster, node__isnull=True, phase__in=HOLDING_NODE)
     waiting.filter(scheduling__node_name=row.name).update(node=row)
-    return 0
 
 
 def _resources(values: Mapping[str, Any] | None) -> dict[str, int]:
@@ -114,6 +128,7 @@ def ingest_pod(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
     labels = metadata.get("labels") or {}
     scheduled = conditions.get("PodScheduled", {})
     with transaction.atomic():
+        _serialized(cluster)
         existing = Pod.objects.filter(cluster=cluster, namespace=namespace, name=name).first()
         replica = _replica_index(owner, labels)
         Pod.objects.update_or_create(
