@@ -14,6 +14,9 @@ class Cluster(models.Model):
         ERROR = "ERROR"
         DELETING = "DELETING"
 
+    # A provider operation is under way: a worker drives it (clusters.services).
+    IN_PROGRESS = (Status.PROVISIONING, Status.DELETING)
+
     class ReleaseChannel(models.TextChoices):
         RAPID = "RAPID"
         REGULAR = "REGULAR"
@@ -59,6 +62,11 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def busy(self) -> bool:
+        """An operation is under way; no other starts until it is done."""
+        return self.status in self.IN_PROGRESS
+
 
 class NodePool(models.Model):
     class Status(models.TextChoices):
@@ -99,6 +107,11 @@ class NodePool(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    @property
+    def busy(self) -> bool:
+        """An operation is under way; no other starts until it is done."""
+        return self.status in self.IN_PROGRESS
 
 
 class Node(models.Model):

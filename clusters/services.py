@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Task
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from clusters import catalog, credentials
@@ -18,6 +19,7 @@ from clusters.providers.base import ClusterSpec, NodePoolSpec, Operation
 from events.services import record_event
 
 logger = logging.getLogger(__name__)
+_Row = TypeVar("_Row", Cluster, NodePool)
 
 POLL_SECONDS = 1.0  # between looks at a running provider operation
 RETRY_SECONDS = 30.0  # after the provider was unavailable or rate limited
@@ -159,8 +161,8 @@ def _new_pool(
 
 def provisioning_cluster_ids() -> list[int]:
     """Clusters with a provider operation under way: created or deleted."""
-    busy = (Cluster.Status.PROVISIONING, Cluster.Status.DELETING)
-    return list(Cluster.objects.filter(status__in=busy).values_list("pk", flat=True))
+    clusters = Cluster.objects.filter(status__in=Cluster.IN_PROGRESS)
+    return list(clusters.values_list("pk", flat=True))
 
 
 def provisioning_node_pool_ids() -> list[int]:
@@ -190,15 +192,7 @@ def _start_pool_operation(pool: NodePool, status: str, message: str, **changes: 
     from clusters import tasks
 
     with transaction.atomic():
-        locked = NodePool.objects.select_for_update().select_related("cluster").get(pk=pool.pk)
-        if locked.status in NodePool.IN_PROGRESS:
-            raise Busy(
-                f"node pool {locked.name} is {locked.status}: wait until it is RUNNING or ERROR"
-            )
-        # A new operation: the stored id of the last one must not be polled for this one.
-        NodePool.objects.filter(pk=pool.pk).update(
-            status=status, status_message="", operation_id="", **changes
-        )
+        locked = _begin(NodePool.objects.select_related("cluster"), pool.pk, status, **changes)
         kind = f"node_pool.{status.lower()}"
         key = f"NodePool/{locked.cluster.name}/{locked.name}"
         cluster = locked.cluster.name
@@ -213,14 +207,7 @@ def delete_cluster(cluster: Cluster) -> Cluster:
     from clusters import tasks
 
     with transaction.atomic():
-        locked = Cluster.objects.select_for_update().get(pk=cluster.pk)
-        if locked.status in (Cluster.Status.PROVISIONING, Cluster.Status.DELETING):
-            raise Busy(
-                f"cluster {locked.name} is {locked.status}: wait until it is RUNNING or ERROR"
-            )
-        Cluster.objects.filter(pk=cluster.pk).update(
-            status=Cluster.Status.DELETING, status_message="", operation_id=""
-        )
+        locked = _begin(Cluster.objects.all(), cluster.pk, Cluster.Status.DELETING)
         message = f"deleting cluster {locked.name}"
         key = f"Cluster/{locked.name}"
         _started(tasks.reconcile_cluster, cluster.pk, "cluster.deleting", locked.name, key, message)
@@ -228,13 +215,22 @@ def delete_cluster(cluster: Cluster) -> Cluster:
     return locked
 
 
+def _begin(rows: QuerySet[_Row], pk: int, status: str, **changes: int) -> _Row:
+    """Lock the row and move it to `status` for a new provider operation, unless one is
+    already under way (Busy). The last operation's stored id is cleared: it must not be
+    polled for this one."""
+    locked = rows.select_for_update().get(pk=pk)
+    if locked.busy:
+        what = f"{locked._meta.verbose_name} {locked.name}"
+        raise Busy(f"{what} is {locked.status}: wait until it is RUNNING or ERROR")
+    rows.filter(pk=pk).update(status=status, status_message="", operation_id="", **changes)
+    return locked
+
+
 def reconcile_cluster(cluster_id: int) -> Progress:
     """Advance a cluster being created or deleted; safe to call any number of times."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()
-    if cluster is None or cluster.status not in (
-        Cluster.Status.PROVISIONING,
-        Cluster.Status.DELETING,
-    ):
+    if cluster is None or not cluster.busy:
         return Progress(done=True)
     key = f"Cluster/{cluster.name}"
     failure = _Failure(Cluster, cluster.pk, "cluster", cluster.name, key, cluster.status)
@@ -327,7 +323,7 @@ def reconcile_node_pool(pool_id: int) -> Progress:
     """Advance a node pool's operation (create, resize or delete); safe to call any number of
     times. Nodes follow the pool when the operation is done."""
     pool = NodePool.objects.select_related("cluster").filter(pk=pool_id).first()
-    if pool is None or pool.status not in NodePool.IN_PROGRESS:
+    if pool is None or not pool.busy:
         return Progress(done=True)
     key = f"NodePool/{pool.cluster.name}/{pool.name}"
     failure = _Failure(NodePool, pool.pk, "node_pool", pool.cluster.name, key, pool.status)
