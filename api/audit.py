@@ -11,6 +11,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils import timezone
 
+from api.serializers import ClusterSerializer
 from clusters.models import Cluster
 from events.services import record_event
 from workloads import services
@@ -40,6 +41,13 @@ def audit(
         before=before,
         after=after,
     )
+
+
+def audited_cluster(cluster: Cluster) -> dict[str, Any]:
+    """A cluster as its audit events show it: settings, status and which credentials it holds,
+    not its node pools (they have events of their own)."""
+    shown = ClusterSerializer(cluster).data
+    return {field: value for field, value in shown.items() if field != "node_pools"}
 
 
 def rendered(kind: str, row: QueueObject) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import serializers as s
-from api.audit import apply_queue_objects, audit, rendered
+from api.audit import apply_queue_objects, audit, audited_cluster, rendered
 from api.common import Conflict, IsAdminOrReadOnly, cluster_from, now, signed_in
 from api.parsers import MANIFEST_PARSERS, manifest_text
 from api.workloads import CLUSTER_PARAM, MANIFEST_BODY
@@ -72,8 +72,8 @@ class ClusterViewSet(
             location=data.pop("location", "us-central1"),
             **data,  # the GKE settings
         )
-        after = {k: v for k, v in serializer.data.items() if k != "node_pools"}
         name = serializer.instance.name
+        after = audited_cluster(serializer.instance)
         audit(self.request, "created", f"Cluster/{name}", cluster=name, after=after)
 
     @extend_schema(responses={202: s.ClusterSerializer})
@@ -82,7 +82,7 @@ class ClusterViewSet(
         then, watch `cluster.*` events); then Accelplane forgets it. 409 while it is being
         created or already deleted."""
         cluster = self.get_object()
-        before = {k: v for k, v in s.ClusterSerializer(cluster).data.items() if k != "node_pools"}
+        before = audited_cluster(cluster)
         try:
             cluster = cluster_services.delete_cluster(cluster)
         except cluster_services.Busy as busy:

@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from clusters import catalog, credentials
 from clusters.models import Cluster, Node, NodePool
+from clusters.services import CREDENTIAL_FIELDS, settings_problems
 from events.models import Event
 from events.services import serialize as serialize_event
 from teams.models import ApiToken, Membership, Team
@@ -235,39 +236,24 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             raise serializers.ValidationError(str(error)) from None
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if self.instance is not None:
-            return self._validate_update(attrs)
-        provider = attrs.get("provider", Cluster.Provider.SIM)
-        if provider == Cluster.Provider.GKE and not attrs.get("project"):
-            raise serializers.ValidationError({"project": ["a gke cluster needs its project id"]})
-        if provider != Cluster.Provider.GKE:
-            _refuse_credentials(attrs, provider)
-        return attrs
-
-    def _validate_update(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """After creation only the credentials change: the rest is the cluster itself."""
-        fixed = sorted(set(self.initial_data) - set(CREDENTIAL_FIELDS))
-        if fixed:
+        given = [field for field in CREDENTIAL_FIELDS if field in attrs]
+        if self.instance is None:
+            provider = attrs.get("provider", Cluster.Provider.SIM)
+            problems = settings_problems(provider, attrs.get("project", ""), given)
+        else:
+            # After creation only the credentials change: the rest is the cluster itself.
+            fixed = sorted(set(self.initial_data) - set(CREDENTIAL_FIELDS))
             message = "is set when the cluster is created; only credentials change afterwards"
-            raise serializers.ValidationError({field: [message] for field in fixed})
-        assert isinstance(self.instance, Cluster)
-        if self.instance.provider != Cluster.Provider.GKE:
-            _refuse_credentials(attrs, self.instance.provider)
+            problems = dict.fromkeys(fixed, message)
+            problems = problems or settings_problems(
+                self.instance.provider, self.instance.project, given
+            )
+        if problems:
+            raise serializers.ValidationError({f: [m] for f, m in problems.items()})
         return attrs
 
     def get_credentials(self, cluster: Cluster) -> dict[str, bool]:
         return {field: bool(getattr(cluster, field)) for field in CREDENTIAL_FIELDS}
-
-
-CREDENTIAL_FIELDS = ("service_account_key", "kubeconfig")
-
-
-def _refuse_credentials(attrs: dict[str, Any], provider: str) -> None:
-    """Credentials are for real clusters; a simulated one would silently ignore them."""
-    given = [field for field in CREDENTIAL_FIELDS if field in attrs]
-    if given:
-        message = f"only a gke cluster takes credentials (this one is {provider})"
-        raise serializers.ValidationError({field: [message] for field in given})
 
 
 class QueueObjectSerializer(serializers.Serializer[Any]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -44,6 +45,20 @@ def _started(
     drives it, queued once the caller's transaction commits."""
     record_event(kind, at=timezone.now(), cluster=cluster, object_key=key, message=message, **data)
     transaction.on_commit(lambda: task.delay(pk))
+
+
+# Uploaded with a cluster, sealed (clusters.credentials): Cluster fields of the same names.
+CREDENTIAL_FIELDS = ("service_account_key", "kubeconfig")
+
+
+def settings_problems(provider: str, project: str, credentials: Iterable[str]) -> dict[str, str]:
+    """What is wrong with a cluster's settings, by field (the API and the form both ask): a
+    gke cluster needs its project, and only a gke cluster takes `credentials` (a simulated one
+    would silently ignore them)."""
+    if provider == Cluster.Provider.GKE:
+        return {} if project else {"project": "a gke cluster needs its project id"}
+    message = f"only a gke cluster takes credentials (this one is {provider})"
+    return dict.fromkeys(credentials, message)
 
 
 def provider_for(cluster: Cluster) -> Provider:

@@ -15,6 +15,7 @@ from django.core.validators import RegexValidator
 
 from clusters import catalog, credentials
 from clusters.models import Cluster, NodePool
+from clusters.services import CREDENTIAL_FIELDS, settings_problems
 from teams.models import Membership
 from web.forms.workloads import choice_field
 from workloads.manifests import ManifestError
@@ -114,13 +115,10 @@ class ClusterForm(forms.Form):
         # Omitted (a script posting the form): what the form shows selected.
         data["provider"] = data.get("provider") or Cluster.Provider.SIM
         data["release_channel"] = data.get("release_channel") or Cluster.ReleaseChannel.RAPID
-        if data["provider"] == Cluster.Provider.GKE:
-            if not data.get("project"):
-                self.add_error("project", "a gke cluster needs its project id")
-        else:
-            for field in ("service_account_key", "kubeconfig"):
-                if data.get(field):
-                    self.add_error(field, "only a gke cluster takes credentials")
+        given = [field for field in CREDENTIAL_FIELDS if data.get(field)]
+        problems = settings_problems(data["provider"], data.get("project", ""), given)
+        for field, problem in problems.items():
+            self.add_error(field, problem)
         return data
 
 

@@ -11,8 +11,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
-from api.audit import apply_queue_objects, audit
-from api.serializers import ClusterSerializer, NodePoolSerializer, TeamSerializer
+from api.audit import apply_queue_objects, audit, audited_cluster
+from api.serializers import NodePoolSerializer, TeamSerializer
 from clusters import catalog
 from clusters import services as cluster_services
 from clusters.models import Cluster, NodePool
@@ -53,9 +53,8 @@ def new_cluster(request: HttpRequest) -> HttpResponse:
     form = ClusterForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         cluster = cluster_services.create_cluster(**form.cleaned_data)
-        shown = {k: v for k, v in ClusterSerializer(cluster).data.items() if k != "node_pools"}
         key = f"Cluster/{cluster.name}"
-        audit(request, "created", key, cluster=cluster.name, after=shown)
+        audit(request, "created", key, cluster=cluster.name, after=audited_cluster(cluster))
         return redirect("web:cluster", name=cluster.name)
     return _form_page(request, form, "New cluster")
 
@@ -119,7 +118,7 @@ def delete_cluster(request: HttpRequest, name: str) -> HttpResponse:
     if not request.POST.get("confirm"):
         messages.error(request, "tick the box to confirm the deletion")
         return redirect("web:cluster", name=cluster.name)
-    before = {k: v for k, v in ClusterSerializer(cluster).data.items() if k != "node_pools"}
+    before = audited_cluster(cluster)
     try:
         cluster_services.delete_cluster(cluster)
     except cluster_services.Busy as error:
