@@ -18,13 +18,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from clusters.models import Cluster
+from workloads.kube.mirror import OWNER_LABELS
 from workloads.models import Checkpoint, Workload
-from workloads.runtime import latest_checkpoint_step, record_checkpoint
+from workloads.runtime import TRAINING_KINDS, latest_checkpoint_step, record_checkpoint
 
 logger = logging.getLogger(__name__)
 
 # The label the Job and JobSet controllers put on their pods, by owner kind.
-POD_LABELS = {"Job": "batch.kubernetes.io/job-name", "JobSet": "jobset.sigs.k8s.io/jobset-name"}
+POD_LABELS = {kind: OWNER_LABELS[kind] for kind in TRAINING_KINDS}
 
 SAVING = re.compile(
     r"Saving (?:model checkpoint|current state) to "

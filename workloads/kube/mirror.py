@@ -29,11 +29,11 @@ PODSET_LABEL = "kueue.x-k8s.io/podset"
 LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 # The label each controller puts on its pods, by the kind of the object users submit; JobSet
 # first: its pods carry their child Job's label too.
-OWNER_LABELS = (
-    ("JobSet", "jobset.sigs.k8s.io/jobset-name"),
-    ("LeaderWorkerSet", "leaderworkerset.sigs.k8s.io/name"),
-    ("Job", "batch.kubernetes.io/job-name"),
-)
+OWNER_LABELS = {
+    "JobSet": "jobset.sigs.k8s.io/jobset-name",
+    "LeaderWorkerSet": "leaderworkerset.sigs.k8s.io/name",
+    "Job": "batch.kubernetes.io/job-name",
+}
 HOLDING_NODE = (Pod.Phase.PENDING, Pod.Phase.RUNNING)
 
 
@@ -164,7 +164,9 @@ def ingest_pod(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
 def _owner(cluster: Cluster, obj: Mapping[str, Any]) -> KubeObject | None:
     metadata = _metadata(obj)
     labels = metadata.get("labels") or {}
-    found = next(((kind, labels[label]) for kind, label in OWNER_LABELS if label in labels), None)
+    found = next(
+        ((kind, labels[label]) for kind, label in OWNER_LABELS.items() if label in labels), None
+    )
     if found is None:
         replica_sets = [
             ref.get("name", "")
@@ -209,8 +211,9 @@ def _workload(owner: KubeObject, replica: int, existing: Pod | None) -> Workload
     Deployment, the replica whose pod this is, or the first replica without a pod)."""
     rows = Workload.objects.filter(owner=owner, phase__in=Workload.ACTIVE_PHASES)
     held = existing.workload_id if existing is not None else None
-    if held is not None and rows.filter(pk=held).exists():
-        return Workload.objects.get(pk=held)
+    kept = rows.filter(pk=held).first() if held is not None else None
+    if kept is not None:
+        return kept
     if owner.kind == "Deployment":
         rows = rows.filter(pods__isnull=True)
     elif owner.kind == "LeaderWorkerSet":
