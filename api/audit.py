@@ -63,9 +63,9 @@ def apply_queue_objects(
     *,
     source: str,
     check: Callable[[Document], None],
-) -> tuple[list[services.Applied], dict[int, QueueObject]]:
+) -> tuple[list[services.Applied], dict[str, QueueObject]]:
     """`kubectl apply` of Kueue objects by an admin (`check` refuses other kinds), each change
-    audited with the object before and after; the applied items and the stored rows by pk."""
+    audited with the object before and after; the applied items and the stored rows by key."""
     before: dict[str, dict[str, Any] | None] = {}
 
     def authorize(doc: Document) -> None:
@@ -76,13 +76,16 @@ def apply_queue_objects(
         before[doc.key] = rendered(doc.kind, old) if old else None
 
     applied = services.apply(cluster, text, source=source, now=timezone.now(), authorize=authorize)
-    rows: dict[int, QueueObject] = {}
+    rows: dict[str, QueueObject] = {}
+    # One query a kind; keyed by object, as rows of different kinds may share a pk.
+    for kind in {item.kind for item in applied}:
+        items = [item for item in applied if item.kind == kind]
+        stored = QUEUE_MODELS[kind]._default_manager.select_related("cluster")
+        by_pk = {row.pk: row for row in stored.filter(pk__in=[item.pk for item in items])}
+        rows |= {item.key: by_pk[item.pk] for item in items}
     for item in applied:
-        model = QUEUE_MODELS[item.kind]
-        row = model._default_manager.select_related("cluster").get(pk=item.pk)
-        rows[item.pk] = row
         if item.action != "unchanged":
-            after = rendered(item.kind, row)
+            after = rendered(item.kind, rows[item.key])
             audit(
                 request,
                 item.action,
