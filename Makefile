@@ -13,15 +13,22 @@ $(STAMP): requirements.txt requirements-dev.txt
 
 install: $(STAMP)
 
+# The embedded demo on this machine, the one place DEBUG is on. Its keys are generated into
+# var/ on first use (controlplane/keys.py); ACCELPLANE_PORT=8140 make run serves another port.
+RUN_ENV := DEBUG=$${DEBUG:-true}
 run: $(STAMP)
-	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py demo
-	$(BIN)/python manage.py collectstatic --noinput -v 0
-	$(BIN)/python -m controlplane.run
+	$(RUN_ENV) $(BIN)/python manage.py migrate --noinput
+	$(RUN_ENV) $(BIN)/python manage.py demo
+	$(RUN_ENV) $(BIN)/python manage.py collectstatic --noinput -v 0
+	$(RUN_ENV) $(BIN)/python -m controlplane.run
 
-# The full stack without Docker: PostgreSQL and Redis from this machine (see .ci/run).
+# The full stack without Docker: PostgreSQL and Redis from this machine (see .ci/run). DEBUG
+# off as in production; the keys are this machine's from var/ unless set; plain HTTP.
 STACK_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/accelplane} \
-	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} DEBUG=$${DEBUG:-true}
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} \
+	SECRET_KEY=$${SECRET_KEY:-$$($(BIN)/python -m controlplane.keys secret-key)} \
+	ACCELPLANE_ENCRYPTION_KEY=$${ACCELPLANE_ENCRYPTION_KEY:-$$($(BIN)/python -m controlplane.keys encryption-key)} \
+	SECURE_SSL_REDIRECT=false SECURE_COOKIES=false
 stack: $(STAMP)
 	createdb -h 127.0.0.1 -U postgres accelplane 2>/dev/null || true
 	$(STACK_ENV) $(BIN)/python manage.py migrate --noinput

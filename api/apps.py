@@ -7,3 +7,6 @@ class ApiConfig(AppConfig):
 
     def ready(self) -> None:
         from api import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from api.revocation import connect_signals
+
+        connect_signals()

@@ -6,6 +6,10 @@ the embedded in-process layer is in use, and for anything lost while Redis resta
 feed one cursor, `last_seq`: an event is sent once, in sequence order, and a gap seen on
 the layer is filled from the database first. Commit order equals seq order (events.services),
 so whatever precedes a published event is already readable.
+
+Access is re-read while the socket is open (api.socket_auth): every
+ACCELPLANE_EVENTS_RECHECK_SECONDS, and at once when api.revocation says it changed. Signed out
+(or never signed in), the socket closes with code 4401, which live.js shows as "signed out".
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from api.events import is_visible, visible_events
 from api.metrics import WEBSOCKETS
+from api.revocation import access_group
+from api.socket_auth import Credential, signed_in, still_signed_in
 from events.services import EVENTS_GROUP, serialize
-from teams.services import Scope, scope_of
+from teams.services import Scope
+from teams.visibility import is_visible, shown_event, visible_events
 
 BATCH = 500
 UNAUTHORIZED = 4401
@@ -30,36 +36,71 @@ UNAUTHORIZED = 4401
 
 class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyped library
     async def connect(self) -> None:
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
+        # Accepted before anything else: a refused handshake reaches the browser as a bare
+        # HTTP 403, while a close code tells it to stop reconnecting.
+        await self.accept()
+        signed = await database_sync_to_async(signed_in)(self.scope)
+        if signed is None:
             await self.close(code=UNAUTHORIZED)
             return
-        self.caller: Scope = await database_sync_to_async(scope_of)(user)
+        self.credential: Credential = signed[0]
+        self.caller: Scope = signed[1]
+        self.signed_out = False
         self.last_seq = _after(self.scope.get("query_string", b""))
         self.lock = asyncio.Lock()
+        await self.channel_layer.group_add(access_group(self.credential.user_id), self.channel_name)
         await self.channel_layer.group_add(EVENTS_GROUP, self.channel_name)
-        await self.accept()
         WEBSOCKETS.inc()
         await self.catch_up()
         await self.send_json({"type": "caught_up", "seq": self.last_seq})
-        self.poller = asyncio.create_task(self.poll())
+        self.tasks = [asyncio.create_task(self.poll()), asyncio.create_task(self.recheck_often())]
 
     async def disconnect(self, code: int) -> None:
         if not hasattr(self, "caller"):
-            return  # refused before it was accepted
+            return  # refused: never joined anything
         WEBSOCKETS.dec()
-        poller = getattr(self, "poller", None)
-        if poller is not None:
-            poller.cancel()
+        for task in getattr(self, "tasks", ()):
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await poller
+                await task
         await self.channel_layer.group_discard(EVENTS_GROUP, self.channel_name)
+        await self.channel_layer.group_discard(
+            access_group(self.credential.user_id), self.channel_name
+        )
+
+    async def access_changed(self, message: dict[str, Any]) -> None:
+        """The user's access changed (api.revocation); `session`: that session logged out."""
+        async with self.lock:
+            if message.get("session") and message["session"] == self.credential.session_key:
+                await self._sign_out()
+            else:
+                await self._recheck()
+
+    async def recheck_often(self) -> None:
+        interval = float(settings.ACCELPLANE_EVENTS_RECHECK_SECONDS)
+        while not self.signed_out:
+            await asyncio.sleep(interval)
+            async with self.lock:
+                await self._recheck()
+
+    async def _recheck(self) -> None:
+        """Held under the lock: no event goes out between a change and its re-check."""
+        caller = await database_sync_to_async(still_signed_in)(self.credential)
+        if caller is None:
+            await self._sign_out()
+        else:
+            self.caller = caller
+
+    async def _sign_out(self) -> None:
+        if not self.signed_out:
+            self.signed_out = True
+            await self.close(code=UNAUTHORIZED)
 
     async def event_created(self, message: dict[str, Any]) -> None:
         """A committed event, from the channel layer."""
         event = message["event"]
         async with self.lock:
-            if event["seq"] <= self.last_seq:
+            if self.signed_out or event["seq"] <= self.last_seq:
                 return
             if event["seq"] > self.last_seq + 1:
                 await self._catch_up()  # the gap first; this event comes with it if visible
@@ -68,7 +109,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
 
     async def poll(self) -> None:
         interval = float(getattr(settings, "ACCELPLANE_EVENTS_POLL_SECONDS", 1.0))
-        while True:
+        while not self.signed_out:
             await asyncio.sleep(interval)
             await self.catch_up()
 
@@ -77,7 +118,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
             await self._catch_up()
 
     async def _catch_up(self) -> None:
-        while True:
+        while not self.signed_out:
             batch = await database_sync_to_async(self._read)(self.last_seq)
             for event in batch:
                 await self._send(event)
@@ -87,7 +128,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
     async def _send(self, event: dict[str, Any]) -> None:
         self.last_seq = event["seq"]
         if is_visible(self.caller, event):
-            await self.send_json({"type": "event", "event": event})
+            await self.send_json({"type": "event", "event": shown_event(self.caller, event)})
 
     def _read(self, after: int) -> list[dict[str, Any]]:
         rows = visible_events(self.caller).filter(id__gt=after).order_by("id")[:BATCH]
@@ -96,4 +137,6 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
 
 def _after(query_string: bytes) -> int:
     values = parse_qs(query_string.decode(errors="replace")).get("after", ["0"])
-    return int(values[0]) if values[0].isdigit() else 0
+    # ASCII digits only ("²" passes isdigit, not int()), few enough for a 64-bit seq.
+    value = values[0]
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else 0

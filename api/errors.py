@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
-from django.core.exceptions import ObjectDoesNotExist
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.db import IntegrityError, OperationalError
 from django.http import Http404
 from rest_framework import status
@@ -17,6 +19,7 @@ from teams.services import TeamError
 from workloads.kube.client import KubeError
 from workloads.manifests import ManifestError
 from workloads.services import ObjectNotFound
+from workloads.tenancy import SubmissionRefused
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +36,21 @@ def manifest_error(error: ManifestError) -> dict[str, Any]:
 
 
 def _is_json(value: Any) -> bool:
-    return value is None or isinstance(value, str | int | float | bool)
+    """Whether a value goes into the body as is; others as their repr (`nan`, `inf`, a set)."""
+    if isinstance(value, float):
+        return math.isfinite(value)  # JSON has no NaN or Infinity: the renderer would fail
+    return value is None or isinstance(value, str | int | bool)
 
 
 def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ManifestError):
         return Response(manifest_error(exc), status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, RequestDataTooBig):  # DRF's JSON and form parsers read request.body
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            {"detail": f"request bodies are limited to {limit} bytes"},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     if isinstance(exc, CatalogError):
         return Response(
             {"detail": str(exc), "field": exc.field}, status=status.HTTP_400_BAD_REQUEST
@@ -50,6 +62,8 @@ def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
             {"detail": str(exc), "apiserver_status": exc.status or None},
             status=status.HTTP_400_BAD_REQUEST if refused else status.HTTP_502_BAD_GATEWAY,
         )
+    if isinstance(exc, SubmissionRefused):
+        return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
     if isinstance(exc, TeamError):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
     if isinstance(exc, ObjectNotFound | ObjectDoesNotExist | Http404):

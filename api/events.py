@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -12,10 +12,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import serializers as s
-from api.audit import AUDIT_PREFIX
 from events.models import Event
-from events.services import serialize
-from teams.services import Scope, request_scope
+from teams.services import request_scope
+from teams.visibility import shown_events, visible_events
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 
@@ -26,40 +25,15 @@ class _PageQuery(serializers.Serializer[Any]):
 
 
 def event_page(request: Request, rows: QuerySet[Event]) -> dict[str, Any]:
+    """A page of `rows` after `?after=`, as the caller may see them (other teams redacted)."""
     query = _PageQuery(data=request.query_params)
     query.is_valid(raise_exception=True)
     after, limit = query.validated_data["after"], query.validated_data["limit"]
     page = list(rows.filter(id__gt=after).order_by("id")[:limit])
     return {
-        "events": [serialize(e) for e in page],
+        "events": shown_events(request_scope(request), page),
         "next_after": page[-1].seq if page else after,
     }
-
-
-# A refused manifest without a namespace may be another team's.
-PRIVATE_CLUSTER_EVENTS = frozenset({"workload.rejected"})
-
-
-def visible_events(caller: Scope) -> QuerySet[Event]:
-    """Admins see every event; team members their namespaces' and the cluster-scoped ones
-    (clusters, node pools, queues), which concern everyone; audit events are for admins."""
-    if caller.everything:
-        return Event.objects.all()
-    cluster_scoped = (
-        Q(namespace="") & ~Q(kind__in=PRIVATE_CLUSTER_EVENTS) & ~Q(kind__startswith=AUDIT_PREFIX)
-    )
-    return Event.objects.filter(Q(namespace__in=caller.readable) | cluster_scoped)
-
-
-def is_visible(caller: Scope, event: dict[str, Any]) -> bool:
-    """`visible_events` for one serialized event."""
-    if caller.everything:
-        return True
-    if event["namespace"]:
-        return event["namespace"] in caller.readable
-    return event["kind"] not in PRIVATE_CLUSTER_EVENTS and not event["kind"].startswith(
-        AUDIT_PREFIX
-    )
 
 
 class EventList(APIView):

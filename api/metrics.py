@@ -162,7 +162,7 @@ def _gauge(name: str, doc: str, labels: list[str], counts: Counter[Any]) -> Metr
 
 
 def _amount(quantity: str) -> float:
-    return parse_quantity(quantity, field="metric") / 1000
+    return parse_quantity(quantity, field="metric", bounded=False) / 1000  # sums pass the bound
 
 
 REGISTRY.register(QueueCollector())

@@ -1,13 +1,18 @@
-"""Request bodies that are Kubernetes manifests: kept as text, for `kubectl apply` semantics."""
+"""Request bodies: Kubernetes manifests kept as text, for `kubectl apply` semantics, and JSON
+nested to a bound."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import IO, Any
 
 from django.conf import settings
+from rest_framework import parsers
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
+
+from workloads.manifests.limits import is_nested_deeper
 
 
 class PayloadTooLarge(APIException):
@@ -15,8 +20,26 @@ class PayloadTooLarge(APIException):
     default_code = "payload_too_large"
 
 
-def max_manifest_bytes() -> int:
-    return int(settings.ACCELPLANE_MAX_MANIFEST_BYTES)
+class JSONParser(parsers.JSONParser):
+    """DRF's, refusing bodies nested more than ACCELPLANE_MAX_NESTING_DEPTH levels (json
+    recurses: 100,000 `[` were a RecursionError). DRF reads the body through HttpRequest.body,
+    which Django bounds at DATA_UPLOAD_MAX_MEMORY_SIZE (api/errors.py answers 413)."""
+
+    def parse(
+        self,
+        stream: IO[Any],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:
+        try:
+            data = super().parse(stream, media_type, parser_context)
+            too_deep = is_nested_deeper(data, settings.ACCELPLANE_MAX_NESTING_DEPTH)
+        except RecursionError:
+            too_deep = True
+        if too_deep:
+            depth = settings.ACCELPLANE_MAX_NESTING_DEPTH
+            raise ParseError(f"JSON parse error - nested deeper than {depth} levels")
+        return data
 
 
 class ManifestParser(BaseParser):
@@ -31,7 +54,7 @@ class ManifestParser(BaseParser):
         media_type: str | None = None,
         parser_context: Any = None,
     ) -> str:
-        limit = max_manifest_bytes()
+        limit = int(settings.ACCELPLANE_MAX_MANIFEST_BYTES)
         body = stream.read(limit + 1) if stream is not None else b""
         if len(body) > limit:
             raise PayloadTooLarge(f"manifests are limited to {limit} bytes")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import yaml
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -19,7 +18,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import serializers as s
-from api.audit import apply_queue_objects, audit, audited_cluster, rendered
 from api.common import Conflict, IsAdminOrReadOnly, cluster_from, now, signed_in
 from api.parsers import MANIFEST_PARSERS, manifest_text
 from api.workloads import CLUSTER_PARAM, MANIFEST_BODY
@@ -70,37 +68,26 @@ class ClusterViewSet(
             provider=data.pop("provider", Cluster.Provider.SIM),
             project=data.pop("project", ""),
             location=data.pop("location", "us-central1"),
+            actor=signed_in(self.request),
             **data,  # the GKE settings
         )
-        name = serializer.instance.name
-        after = audited_cluster(serializer.instance)
-        audit(self.request, "created", f"Cluster/{name}", cluster=name, after=after)
 
     @extend_schema(responses={202: s.ClusterSerializer})
     def destroy(self, request: Request, pk: str) -> Response:
         """Delete the cluster at its provider (a worker does it; the cluster is DELETING until
         then, watch `cluster.*` events); then Accelplane forgets it. 409 while it is being
         created or already deleted."""
-        cluster = self.get_object()
-        before = audited_cluster(cluster)
         try:
-            cluster = cluster_services.delete_cluster(cluster)
+            cluster = cluster_services.delete_cluster(self.get_object(), actor=signed_in(request))
         except cluster_services.Busy as busy:
             raise Conflict(str(busy)) from None
-        key = f"Cluster/{cluster.name}"
-        audit(request, "deleted", key, cluster=cluster.name, before=before)
         return Response(s.ClusterSerializer(cluster).data, status=status.HTTP_202_ACCEPTED)
 
     def perform_update(self, serializer: s.ClusterSerializer) -> None:  # type: ignore[override]
-        cluster = serializer.instance
-        assert cluster is not None
-        before = s.ClusterSerializer(cluster).data["credentials"]
-        with transaction.atomic():
-            serializer.save()
-            # Which credentials changed, never what they hold.
-            after = serializer.data["credentials"]
-            key = f"Cluster/{cluster.name}"
-            audit(self.request, "configured", key, cluster=cluster.name, before=before, after=after)
+        assert serializer.instance is not None
+        serializer.instance = cluster_services.replace_credentials(
+            serializer.instance, serializer.validated_data, actor=signed_in(self.request)
+        )
 
     @extend_schema(methods=["GET"], responses=s.NodePoolSerializer(many=True))
     @extend_schema(
@@ -121,11 +108,8 @@ class ClusterViewSet(
                 {"name": [f"cluster {cluster.name} already has a node pool {data['name']!r}"]},
                 status=status.HTTP_409_CONFLICT,
             )
-        pool = cluster_services.create_node_pool(cluster, **data)
-        shown = s.NodePoolSerializer(pool).data
-        key = f"NodePool/{cluster.name}/{pool.name}"
-        audit(request, "created", key, cluster=cluster.name, after=shown)
-        return Response(shown, status=status.HTTP_201_CREATED)
+        pool = cluster_services.create_node_pool(cluster, **data, actor=signed_in(request))
+        return Response(s.NodePoolSerializer(pool).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(methods=["PATCH"], request=s.NodePoolResizeSerializer)
     @extend_schema(responses={202: s.NodePoolSerializer})
@@ -142,22 +126,18 @@ class ClusterViewSet(
         row = NodePool.objects.filter(cluster=cluster, name=pool).first()
         if row is None:
             raise NotFound(f"cluster {cluster.name} has no node pool {pool!r}")
-        before = s.NodePoolSerializer(row).data
+        actor = signed_in(request)
         try:
             if request.method == "DELETE":
-                row = cluster_services.delete_node_pool(row)
-                action_name = "deleted"
+                row = cluster_services.delete_node_pool(row, actor=actor)
             else:
                 body = s.NodePoolResizeSerializer(data=request.data)
                 body.is_valid(raise_exception=True)
-                row = cluster_services.resize_node_pool(row, body.validated_data["node_count"])
-                action_name = "configured"
+                count = body.validated_data["node_count"]
+                row = cluster_services.resize_node_pool(row, count, actor=actor)
         except cluster_services.Busy as busy:
             raise Conflict(str(busy)) from None
-        shown = s.NodePoolSerializer(row).data
-        key = f"NodePool/{cluster.name}/{row.name}"
-        audit(request, action_name, key, cluster=cluster.name, before=before, after=shown)
-        return Response(shown, status=status.HTTP_202_ACCEPTED)
+        return Response(s.NodePoolSerializer(row).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         responses={
@@ -168,15 +148,22 @@ class ClusterViewSet(
     )
     @action(detail=True, methods=["get"], url_path="kueue.yaml", pagination_class=None)
     def kueue_yaml(self, request: Request, pk: str) -> HttpResponse:
-        """Every Kueue object of the cluster, as YAML to `kubectl apply`."""
+        """Every Kueue object of the cluster, as YAML to `kubectl apply`; of the namespaced
+        ones (LocalQueues), those of the caller's teams."""
         cluster = self.get_object()
-        manifests = [
-            render(row.KIND, row.name, getattr(row, "namespace", None), row.spec)
-            for kind in EXPORT_ORDER
-            for row in QUEUE_MODELS[kind]
-            ._default_manager.filter(cluster=cluster)
-            .order_by(*(("namespace", "name") if QUEUE_MODELS[kind].NAMESPACED else ("name",)))
-        ]
+        caller = request_scope(request)
+        manifests = []
+        for kind in EXPORT_ORDER:
+            model = QUEUE_MODELS[kind]
+            rows = model._default_manager.filter(cluster=cluster)
+            if model.NAMESPACED:
+                rows = caller.filter(rows).order_by("namespace", "name")
+            else:
+                rows = rows.order_by("name")
+            manifests += [
+                render(row.KIND, row.name, getattr(row, "namespace", None), row.spec)
+                for row in rows
+            ]
         text = yaml.safe_dump_all(manifests, sort_keys=False)
         return HttpResponse(text, content_type="application/yaml")
 
@@ -248,14 +235,18 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
                     "kind", doc.kind, f"this endpoint takes {self.kind} objects"
                 )
 
-        applied, rows = apply_queue_objects(
-            request,
+        applied = services.apply(
             cluster_from(request),
             manifest_text(request),
             source="request",
-            check=only_this_kind,
+            now=now(),
+            authorize=only_this_kind,
+            actor=signed_in(request),
         )
         created = any(a.action == "created" for a in applied)
+        stored = self.model._default_manager.select_related("cluster")
+        by_pk = stored.in_bulk([a.pk for a in applied])
+        rows = {a.key: by_pk[a.pk] for a in applied}  # an object applied twice is shown once
         body = {
             "applied": [{"key": a.key, "action": a.action} for a in applied],
             "objects": [self._show(row) for row in rows.values()],
@@ -265,16 +256,17 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
     def destroy(self, request: Request, name: str) -> Response:
         row = self.get_object()
         namespace = getattr(row, "namespace", None)
-        before = self._render(row)
         try:
-            services.delete_queue_object(row.cluster, self.kind, row.name, namespace, now())
+            services.delete_queue_object(
+                row.cluster, self.kind, row.name, namespace, now(), actor=signed_in(request)
+            )
         except services.InUse as error:
             raise Conflict(str(error)) from None
-        audit(request, "deleted", row.key, cluster=row.cluster.name, before=before)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _render(self, row: Any) -> dict[str, Any]:
-        return rendered(self.kind, row)
+        namespace = row.namespace if self.model.NAMESPACED else None
+        return render(self.kind, row.name, namespace, row.spec)
 
 
 def queue_viewset(kind: str) -> type[QueueObjectViewSet]:
@@ -315,28 +307,22 @@ class TeamViewSet(viewsets.ModelViewSet[Team]):
     def perform_create(self, serializer: s.TeamSerializer) -> None:  # type: ignore[override]
         name = serializer.validated_data["name"]
         serializer.instance = self._ensure(serializer.validated_data, name)
-        audit(self.request, "created", f"Team/{name}", after=serializer.data)
 
     def perform_update(self, serializer: s.TeamSerializer) -> None:  # type: ignore[override]
         assert serializer.instance is not None
-        before = s.TeamSerializer(serializer.instance).data
         serializer.instance = self._ensure(serializer.validated_data, serializer.instance.name)
-        key = f"Team/{serializer.instance.name}"
-        audit(self.request, "configured", key, before=before, after=serializer.data)
 
     def perform_destroy(self, instance: Team) -> None:
-        before = s.TeamSerializer(instance).data
-        instance.delete()
-        audit(self.request, "deleted", f"Team/{before['name']}", before=before)
+        team_services.delete_team(instance, actor=signed_in(self.request))
 
     def _ensure(self, data: dict[str, Any], name: str) -> Team:
         try:
-            with transaction.atomic():
-                return team_services.ensure_team(
-                    name,
-                    namespaces=list(data.get("namespaces", [])),
-                    members=[(m["username"], m["role"]) for m in data.get("members", [])],
-                )
+            return team_services.ensure_team(
+                name,
+                namespaces=list(data.get("namespaces", [])),
+                members=[(m["username"], m["role"]) for m in data.get("members", [])],
+                actor=signed_in(self.request),
+            )
         except team_services.TeamError as error:
             raise Conflict(str(error)) from None
 
@@ -360,19 +346,15 @@ class TokenViewSet(
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         body = self.get_serializer(data=request.data)
         body.is_valid(raise_exception=True)
+        user = signed_in(request)
         row, token = team_services.issue_token(
-            signed_in(request),
-            name=body.validated_data.get("name", "api"),
+            user, name=body.validated_data.get("name", "api"), actor=user
         )
         data = s.TokenSerializer(row, context={"token": token}).data
-        audit(request, "created", f"ApiToken/{row.prefix}", after={"name": row.name})
         return Response(data, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: ApiToken) -> None:
-        team_services.revoke(instance)
-        audit(
-            self.request, "revoked", f"ApiToken/{instance.prefix}", before={"name": instance.name}
-        )
+        team_services.revoke(instance, actor=signed_in(self.request))
 
 
 class Me(APIView):

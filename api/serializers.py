@@ -9,10 +9,11 @@ from rest_framework import serializers
 
 from clusters import catalog, credentials
 from clusters.models import Cluster, Node, NodePool
-from clusters.services import CREDENTIAL_FIELDS, settings_problems
+from clusters.services import CREDENTIAL_FIELDS, credentials_held, settings_problems
 from events.models import Event
 from events.services import serialize as serialize_event
 from teams.models import ApiToken, Membership, Team
+from teams.services import audited_team
 from workloads.models import Checkpoint, KubeObject, Workload
 from workloads.status import object_phase
 
@@ -103,7 +104,8 @@ class ApplyResultSerializer(serializers.Serializer[Any]):
 
 
 class ScaleSerializer(serializers.Serializer[Any]):
-    replicas = serializers.IntegerField(min_value=0, max_value=10_000)
+    # The upper bound is the setting ACCELPLANE_MAX_REPLICAS, which services.scale applies.
+    replicas = serializers.IntegerField(min_value=0)
 
 
 class CheckpointSerializer(serializers.ModelSerializer[Checkpoint]):
@@ -190,7 +192,9 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
         trim_whitespace=False,
         help_text="a gke cluster's kubeconfig (the file's text), used instead of the endpoint "
         "GKE reports; stored encrypted and never shown again. A user authenticating with "
-        "gke-gcloud-auth-plugin gets a Google token instead; other exec plugins are refused.",
+        "gke-gcloud-auth-plugin gets a Google token instead (for GKE's reported endpoint only); "
+        "other exec plugins are refused. The server must be https, not loopback, link-local or a "
+        "metadata server; proxy-url, insecure-skip-tls-verify and tls-server-name are refused.",
     )
     credentials = serializers.SerializerMethodField(
         help_text="which uploaded credentials the cluster holds (never their contents)"
@@ -253,7 +257,7 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
         return attrs
 
     def get_credentials(self, cluster: Cluster) -> dict[str, bool]:
-        return {field: bool(getattr(cluster, field)) for field in CREDENTIAL_FIELDS}
+        return credentials_held(cluster)
 
 
 class QueueObjectSerializer(serializers.Serializer[Any]):
@@ -287,16 +291,7 @@ class TeamSerializer(serializers.ModelSerializer[Team]):
         read_only_fields = ["id", "created_at"]
 
     def to_representation(self, instance: Team) -> dict[str, Any]:
-        return {
-            "id": instance.pk,
-            "name": instance.name,
-            "namespaces": [n.name for n in instance.namespaces.all()],
-            "members": [
-                {"username": m.user.username, "role": m.role}
-                for m in instance.memberships.select_related("user")
-            ],
-            "created_at": serializers.DateTimeField().to_representation(instance.created_at),
-        }
+        return audited_team(instance)
 
 
 class TokenSerializer(serializers.ModelSerializer[ApiToken]):

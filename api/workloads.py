@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import django_filters
@@ -13,21 +12,23 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import mixins, status, viewsets
 from rest_framework.authentication import get_authorization_header
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotAuthenticated, NotFound, PermissionDenied
+from rest_framework.exceptions import NotAuthenticated, NotFound
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import serializers as s
-from api.common import Conflict, cluster_from, now, require_write
+from api.common import Conflict, cluster_from, now, require_write, signed_in
 from api.events import event_page
 from api.parsers import MANIFEST_PARSERS, manifest_text
 from events.models import Event
-from teams.services import Scope, request_scope
-from workloads import explain, runtime, services, whatif
-from workloads.manifests import CLUSTER_SCOPED, QUEUE_KINDS, Document
+from teams.services import request_scope
+from teams.visibility import redact
+from workloads import checkpoints, explain, services, whatif
+from workloads.manifests import QUEUE_KINDS
 from workloads.models import Checkpoint, KubeObject, Workload
 from workloads.status import WORKLOAD_KINDS
+from workloads.tenancy import submission_check
 
 CLUSTER_PARAM = OpenApiParameter(
     "cluster", str, description="Cluster name; optional while there is only one cluster"
@@ -45,50 +46,20 @@ CHECKPOINT_SALT = "accelplane.checkpoint"
 
 
 def checkpoint_token(obj: KubeObject) -> str:
-    """The token a training job reports its checkpoints with: signed, bound to this object."""
-    return signing.Signer(salt=CHECKPOINT_SALT).sign(f"object-{obj.pk}")
+    """The token a training job reports its checkpoints with: signed with SECRET_KEY, bound to
+    this object and its namespace (its team)."""
+    return signing.Signer(salt=CHECKPOINT_SALT).sign(f"{obj.namespace}/{obj.pk}")
 
 
-def _checkpoint_token_object(request: Request) -> int | None:
+def _checkpoint_token_subject(request: Request) -> str | None:
+    """The `namespace/pk` a Bearer checkpoint token was signed for; None without one."""
     parts = get_authorization_header(request).split()
     if len(parts) != 2 or parts[0].lower() != b"bearer":
         return None
     try:
-        value = signing.Signer(salt=CHECKPOINT_SALT).unsign(parts[1].decode(errors="replace"))
+        return signing.Signer(salt=CHECKPOINT_SALT).unsign(parts[1].decode(errors="replace"))
     except signing.BadSignature:
         return None
-    return int(value.removeprefix("object-"))
-
-
-def submission_check(caller: Scope) -> Callable[[Document], None]:
-    """Teams apply workloads into their own namespaces; Kueue objects are for admins."""
-
-    def authorize(doc: Document) -> None:
-        if caller.everything:
-            return
-        if doc.kind in CLUSTER_SCOPED or doc.kind in QUEUE_KINDS:
-            raise PermissionDenied(
-                f"{doc.kind} {doc.name}: Kueue and cluster-scoped objects are managed by "
-                "platform admins"
-            )
-        if not caller.can_write(doc.namespace or ""):
-            raise PermissionDenied(
-                f"{doc.kind} {doc.name}: you may not submit to namespace {doc.namespace!r}"
-            )
-
-    return authorize
-
-
-def redact(value: Any, caller: Scope) -> Any:
-    """Explain and what-if name the workloads in the way; other teams' stay anonymous."""
-    if isinstance(value, list):
-        return [redact(item, caller) for item in value]
-    if not isinstance(value, dict):
-        return value
-    if {"namespace", "name", "object"} <= value.keys() and not caller.can_read(value["namespace"]):
-        hidden = {"namespace": "", "name": "", "owner": "", "object": "", "hidden": True}
-        return {**redact({k: v for k, v in value.items() if k not in hidden}, caller), **hidden}
-    return {key: redact(item, caller) for key, item in value.items()}
 
 
 class WorkloadFilter(django_filters.FilterSet):  # type: ignore[misc]  # untyped library
@@ -154,6 +125,7 @@ class WorkloadViewSet(
             now=now(),
             namespace=request.query_params.get("namespace") or None,
             authorize=submission_check(request_scope(request)),
+            actor=signed_in(request),
         )
         objects = self.get_queryset().filter(
             pk__in=[a.pk for a in applied if a.kind not in QUEUE_KINDS]
@@ -223,28 +195,25 @@ class WorkloadViewSet(
             return Response(s.CheckpointSerializer(rows, many=True).data)
         body = s.CheckpointSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        row = (
-            obj.workloads.filter(phase=Workload.Phase.ADMITTED)
-            .select_related("owner", "cluster")
-            .first()
-        )
-        if row is None:
-            raise Conflict(f"{obj.key} is not running; only a running job saves checkpoints")
-        step = body.validated_data["step"]
-        latest = runtime.latest_checkpoint_step(row)
-        if step <= latest:
-            raise Conflict(f"step {step} is not after the latest checkpoint (step {latest})")
-        checkpoint = runtime.record_checkpoint(
-            row, step, now(), body.validated_data.get("path", "")
-        )
+        try:
+            checkpoint = checkpoints.report(
+                obj, body.validated_data["step"], now(), body.validated_data.get("path", "")
+            )
+        except checkpoints.CheckpointRefused as error:
+            raise Conflict(str(error)) from None
         return Response(s.CheckpointSerializer(checkpoint).data, status=status.HTTP_201_CREATED)
 
     def _checkpoint_object(self, request: Request, pk: str) -> KubeObject:
-        token_object = _checkpoint_token_object(request)
-        if token_object is not None:
-            if str(token_object) != str(pk):
+        subject = _checkpoint_token_subject(request)
+        if subject is not None:
+            namespace, _, signed_pk = subject.rpartition("/")
+            if signed_pk != str(pk):
                 raise NotFound()
-            return KubeObject.objects.select_related("cluster").get(pk=pk)
+            found = KubeObject.objects.select_related("cluster")
+            obj = found.filter(pk=int(signed_pk), namespace=namespace).first()
+            if obj is None:  # deleted since
+                raise NotFound()
+            return obj
         if not request.user.is_authenticated:
             raise NotAuthenticated()
         obj = self.get_object()

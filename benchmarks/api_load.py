@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -139,6 +140,9 @@ def main() -> None:
         "ACCELPLANE_VAR_DIR": tempfile.mkdtemp(prefix="accelplane-bench-"),
         "ACCELPLANE_PORT": str(PORT),
         "ACCELPLANE_API_RATE": "1000000/min",
+        # Production settings (DEBUG off) over plain HTTP on this machine, a key for this run.
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "SECURE_SSL_REDIRECT": "false",
         "LOG_LEVEL": os.environ.get("LOG_LEVEL", "ERROR"),
     }
     python = sys.executable

@@ -3,7 +3,7 @@
 Kueue pops one workload per ClusterQueue per scheduling cycle (kueue-perf.md §4, issue
 #14477: ~9.6 admissions/min for a deep queue on a busy production cluster). Accelplane admits
 every head that fits in one cycle. The 1,000 Jobs (1 cpu each) are queued first, then the
-live tick (the Celery beat task `tick_clusters` runs `runtime.advance(cluster, now, now)`) is
+live tick (the Celery beat task `tick_clusters` runs `admission.advance(cluster, now, now)`) is
 called until all are Admitted; the time and the number of ticks are printed.
 
     python benchmarks/deep_queue.py [--workloads 1000]
@@ -21,6 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("ACCELPLANE_VAR_DIR", tempfile.mkdtemp(prefix="accelplane-bench-"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+# Every Job in one apply: past the limits a tenant's request has (docs/api.md, "Limits").
+for _limit in ("DOCUMENTS", "EXPANDED_MANIFEST_BYTES", "PODS_PER_REQUEST"):
+    os.environ.setdefault(f"ACCELPLANE_MAX_{_limit}", str(2**40))
 os.environ.pop("DATABASE_URL", None)
 
 import django  # noqa: E402
@@ -33,7 +36,7 @@ from django.utils import timezone  # noqa: E402
 
 from clusters import services as cluster_services  # noqa: E402
 from clusters.models import Cluster  # noqa: E402
-from workloads import runtime, services  # noqa: E402
+from workloads import admission, services  # noqa: E402
 from workloads.models import Workload  # noqa: E402
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -112,13 +115,13 @@ def main() -> None:
     )
     now = timezone.now()
     services.apply(cluster, queues(count), source="queues.yaml", now=now)
-    services.apply(cluster, jobs(count), source="jobs.yaml", now=now, admit=False)
+    services.apply(cluster, jobs(count), source="jobs.yaml", now=now, admit=services.Admit.SKIP)
     queued = Workload.objects.filter(cluster=cluster, phase=Workload.Phase.PENDING).count()
     started, ticks = time.perf_counter(), 0
     admitted = 0
     while admitted < queued:
         now = timezone.now()
-        runtime.advance(cluster, now, now)
+        admission.advance(cluster, now, now)
         ticks += 1
         admitted = Workload.objects.filter(cluster=cluster, phase=Workload.Phase.ADMITTED).count()
     seconds = time.perf_counter() - started

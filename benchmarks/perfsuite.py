@@ -37,7 +37,7 @@ from django.db import transaction  # noqa: E402
 
 from clusters.models import Cluster  # noqa: E402
 from events.models import Event  # noqa: E402
-from workloads import runtime, services  # noqa: E402
+from workloads import admission, runtime, services  # noqa: E402
 from workloads.models import Pod, Workload  # noqa: E402
 from workloads.quantities import parse_quantity  # noqa: E402
 
@@ -228,8 +228,10 @@ def main(suite: Suite, doc: str) -> None:
         finished += finish_due(cluster, now, runtimes)
         docs = arrivals(suite, tick, args.scale)
         if docs:
-            services.apply(cluster, json.dumps(docs), source=f"tick-{tick}", now=now, admit=False)
-        runtime.settle(cluster, now, max_admissions=ADMISSIONS_PER_TICK)
+            services.apply(
+                cluster, json.dumps(docs), source=f"tick-{tick}", now=now, admit=services.Admit.SKIP
+            )
+        admission.settle(cluster, now, max_admissions=ADMISSIONS_PER_TICK)
     report(suite, cluster, time.perf_counter() - started, tick, total)
     if args.fingerprint:
         print(f"fingerprint            {fingerprint(cluster)}")

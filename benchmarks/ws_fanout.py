@@ -19,6 +19,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,10 @@ ENV = {
     "DJANGO_SETTINGS_MODULE": "controlplane.settings",
     "ACCELPLANE_PORT": str(PORT),
     "LOG_LEVEL": os.environ.get("LOG_LEVEL", "ERROR"),
+    # Production settings (DEBUG off) over plain HTTP on this machine; the sessions this process
+    # signs must be the servers' too: one key for the run (inherited by the browser processes).
+    "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
+    "SECURE_SSL_REDIRECT": "false",
 }
 os.environ.update(ENV)
 sys.path.insert(0, str(ROOT))
@@ -146,7 +151,9 @@ def admit_one(cluster, index: int):
     from events.models import Event
     from workloads import admission, services
 
-    services.apply(cluster, job(index), source="job.yaml", now=timezone.now(), admit=False)
+    services.apply(
+        cluster, job(index), source="job.yaml", now=timezone.now(), admit=services.Admit.SKIP
+    )
     stamp: list[float] = []
     last = Event.objects.order_by("-id").values_list("id", flat=True).first() or 0
     with transaction.atomic():
@@ -178,7 +185,9 @@ def main() -> None:
     from workloads import services
 
     cluster = Cluster.objects.create(name="bench", status=Cluster.Status.RUNNING)
-    services.apply(cluster, QUEUES, source="queues.yaml", now=timezone.now(), admit=False)
+    services.apply(
+        cluster, QUEUES, source="queues.yaml", now=timezone.now(), admit=services.Admit.SKIP
+    )
     admin = User.objects.create_user("admin", password="bench-only", is_staff=True)
     session = SessionStore()
     session.update(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from celery import Task
 from django.db import transaction
@@ -17,7 +17,11 @@ from clusters import catalog, credentials
 from clusters.models import Cluster, Node, NodePool
 from clusters.providers import Provider, ProviderError, get_provider
 from clusters.providers.base import ClusterSpec, NodePoolSpec, Operation
+from events.audit import json_time, record_audit
 from events.services import record_event
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
 _Row = TypeVar("_Row", Cluster, NodePool)
@@ -65,6 +69,8 @@ def provider_for(cluster: Cluster) -> Provider:
     """The cluster's provider, acting with the cluster's uploaded key when it has one."""
     try:
         key = credentials.unseal(cluster.service_account_key)
+        # Checked again (its token_uri): a key stored before that rule, or around the API.
+        key = credentials.service_account_key(key) if key else None
     except credentials.CredentialError as error:
         raise ProviderError(str(error), permanent=True) from None
     return get_provider(cluster.provider, key)
@@ -104,6 +110,7 @@ def create_cluster(
     provider: str = "sim",
     project: str = "",
     location: str = "us-central1",
+    actor: User | None = None,
     **gke_settings: bool | int | str,
 ) -> Cluster:
     """Record the cluster; a task (enqueued on commit) creates it at the provider.
@@ -120,6 +127,7 @@ def create_cluster(
         message = f"creating cluster {name} ({provider})"
         key = f"Cluster/{name}"
         _started(tasks.reconcile_cluster, cluster.pk, "cluster.creating", name, key, message)
+        record_audit(actor, "created", key, cluster=name, after=audited_cluster(cluster))
     return cluster
 
 
@@ -131,6 +139,7 @@ def create_node_pool(
     node_count: int,
     tpu_topology: str = "",
     block: str = "",
+    actor: User | None = None,
     **gke_settings: str,
 ) -> NodePool:
     """Validate against the catalog, record the pool, and provision it in a task.
@@ -147,6 +156,7 @@ def create_node_pool(
         key = f"NodePool/{cluster.name}/{name}"
         kind = "node_pool.creating"
         _started(tasks.reconcile_node_pool, pool.pk, kind, cluster.name, key, message)
+        record_audit(actor, "created", key, cluster=cluster.name, after=audited_pool(pool))
     return pool
 
 
@@ -186,7 +196,7 @@ def provisioning_node_pool_ids() -> list[int]:
     return list(pools.values_list("pk", flat=True))
 
 
-def resize_node_pool(pool: NodePool, node_count: int) -> NodePool:
+def resize_node_pool(pool: NodePool, node_count: int, *, actor: User | None = None) -> NodePool:
     """Check the new size against the catalog, record it, and resize in a task."""
     catalog.validate_pool(pool.machine_type, node_count, pool.tpu_topology or None)
     before = pool.node_count
@@ -194,40 +204,115 @@ def resize_node_pool(pool: NodePool, node_count: int) -> NodePool:
         pool,
         NodePool.Status.RESIZING,
         f"resizing node pool {pool.name}: {before} -> {node_count} nodes",
+        actor,
         node_count=node_count,
     )
 
 
-def delete_node_pool(pool: NodePool) -> NodePool:
+def delete_node_pool(pool: NodePool, *, actor: User | None = None) -> NodePool:
     """Record the deletion and delete at the provider in a task; the row goes when it is done."""
-    return _start_pool_operation(pool, NodePool.Status.DELETING, f"deleting node pool {pool.name}")
+    message = f"deleting node pool {pool.name}"
+    return _start_pool_operation(pool, NodePool.Status.DELETING, message, actor)
 
 
-def _start_pool_operation(pool: NodePool, status: str, message: str, **changes: int) -> NodePool:
+def _start_pool_operation(
+    pool: NodePool, status: str, message: str, actor: User | None, **changes: int
+) -> NodePool:
     from clusters import tasks
 
     with transaction.atomic():
         locked = _begin(NodePool.objects.select_related("cluster"), pool.pk, status, **changes)
+        before = audited_pool(locked)
         kind = f"node_pool.{status.lower()}"
         key = f"NodePool/{locked.cluster.name}/{locked.name}"
         cluster = locked.cluster.name
         _started(tasks.reconcile_node_pool, pool.pk, kind, cluster, key, message, **changes)
-    locked.refresh_from_db()
+        locked.refresh_from_db()
+        action = "deleted" if status == NodePool.Status.DELETING else "configured"
+        after = audited_pool(locked)
+        record_audit(actor, action, key, cluster=cluster, before=before, after=after)
     return locked
 
 
-def delete_cluster(cluster: Cluster) -> Cluster:
+def delete_cluster(cluster: Cluster, *, actor: User | None = None) -> Cluster:
     """Record the deletion and delete at the provider in a task; when it is done the cluster's
     row goes, and with it everything Accelplane kept of it (the event log stays)."""
     from clusters import tasks
 
     with transaction.atomic():
         locked = _begin(Cluster.objects.all(), cluster.pk, Cluster.Status.DELETING)
+        before = audited_cluster(locked)
         message = f"deleting cluster {locked.name}"
         key = f"Cluster/{locked.name}"
         _started(tasks.reconcile_cluster, cluster.pk, "cluster.deleting", locked.name, key, message)
+        record_audit(actor, "deleted", key, cluster=locked.name, before=before)
     locked.refresh_from_db()
     return locked
+
+
+def replace_credentials(
+    cluster: Cluster, sealed: Mapping[str, str], *, actor: User | None = None
+) -> Cluster:
+    """Store newly uploaded credentials (`CREDENTIAL_FIELDS`, sealed already); the audit
+    event says which the cluster holds before and after, never what they hold."""
+    with transaction.atomic():
+        locked = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        before = credentials_held(locked)
+        for field in CREDENTIAL_FIELDS:
+            if field in sealed:
+                setattr(locked, field, sealed[field])
+        locked.save(update_fields=[f for f in CREDENTIAL_FIELDS if f in sealed])
+        key = f"Cluster/{locked.name}"
+        after = credentials_held(locked)
+        record_audit(actor, "configured", key, cluster=locked.name, before=before, after=after)
+    return locked
+
+
+def credentials_held(cluster: Cluster) -> dict[str, bool]:
+    """Which uploaded credentials the cluster holds (never their contents)."""
+    return {field: bool(getattr(cluster, field)) for field in CREDENTIAL_FIELDS}
+
+
+def audited_cluster(cluster: Cluster) -> dict[str, Any]:
+    """A cluster as its audit events show it: settings, status and which credentials it holds,
+    as the API shows them; not its node pools (they have events of their own)."""
+    return {
+        "id": cluster.pk,
+        "name": cluster.name,
+        "provider": cluster.provider,
+        "project": cluster.project,
+        "location": cluster.location,
+        "autopilot": cluster.autopilot,
+        "release_channel": cluster.release_channel,
+        "version": cluster.version,
+        "slice_controller": cluster.slice_controller,
+        "system_machine_type": cluster.system_machine_type,
+        "system_node_count": cluster.system_node_count,
+        "status": cluster.status,
+        "status_message": cluster.status_message,
+        "created_at": json_time(cluster.created_at),
+        "credentials": credentials_held(cluster),
+    }
+
+
+def audited_pool(pool: NodePool) -> dict[str, Any]:
+    """A node pool as the API and its audit events show it."""
+    return {
+        "id": pool.pk,
+        "cluster": pool.cluster.name,
+        "name": pool.name,
+        "machine_type": pool.machine_type,
+        "node_count": pool.node_count,
+        "tpu_topology": pool.tpu_topology,
+        "block": pool.block,
+        "zone": pool.zone,
+        "reservation": pool.reservation,
+        "workload_policy": pool.workload_policy,
+        "status": pool.status,
+        "status_message": pool.status_message,
+        "created_at": json_time(pool.created_at),
+        "nodes": pool.nodes.count(),
+    }
 
 
 def _begin(rows: QuerySet[_Row], pk: int, status: str, **changes: int) -> _Row:

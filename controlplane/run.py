@@ -1,5 +1,5 @@
 """`make run`: the web server, a Celery worker, the watcher and Celery beat, stopped together
-on Ctrl-C.
+on Ctrl-C or SIGTERM. A process that exits on its own is logged and started again (see Child).
 
 `--stack` (`make stack`) starts the full stack's processes instead: two web servers (PORT and
 PORT+1) and two workers beside the watcher and beat, on the PostgreSQL and Redis that
@@ -9,6 +9,7 @@ the long watch sessions of real clusters' apiservers.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -17,6 +18,15 @@ import time
 
 HOST = os.environ.get("ACCELPLANE_HOST", "127.0.0.1")
 PORT = os.environ.get("ACCELPLANE_PORT", "8000")
+VAR_DIR = os.environ.get("ACCELPLANE_VAR_DIR", "var")
+# A child that exits is started again after 1, 2, 4... (at most MAX_BACKOFF_SECONDS) seconds;
+# one that exits again within STABLE_SECONDS of each start more than MAX_QUICK_CRASHES times in
+# a row is crash-looping (a bad setting, a taken port): everything stops, as before.
+STABLE_SECONDS = 60
+MAX_QUICK_CRASHES = 5
+MAX_BACKOFF_SECONDS = 30
+
+log = logging.getLogger("controlplane.run")
 
 
 def commands(webs: int, workers: int) -> dict[str, list[str]]:
@@ -61,7 +71,7 @@ def commands(webs: int, workers: int) -> dict[str, list[str]]:
             "beat",
             "--loglevel=WARNING",
             "--schedule",
-            os.path.join("var", "celerybeat-schedule"),
+            os.path.join(VAR_DIR, "celerybeat-schedule"),
         ],
     }
 
@@ -76,38 +86,84 @@ def stack_environment() -> bool:
     return True
 
 
+class Child:
+    """One supervised process: restarted when it exits, after a back-off that grows while it
+    keeps crashing soon after starting."""
+
+    def __init__(self, name: str, command: list[str]) -> None:
+        self.name = name
+        self.command = command
+        self.process = subprocess.Popen(command)
+        self.started = time.monotonic()
+        self.quick_crashes = 0
+        self.restart_at: float | None = None
+
+    def check(self, now: float) -> bool:
+        """Restart the process if it is due; False when it keeps crashing: give up."""
+        if self.restart_at is not None:
+            if now >= self.restart_at:
+                self.restart_at = None
+                self.process = subprocess.Popen(self.command)
+                self.started = now
+                log.warning("%s started again (pid %d)", self.name, self.process.pid)
+            return True
+        code = self.process.poll()
+        if code is None:
+            return True
+        ran = now - self.started
+        self.quick_crashes = self.quick_crashes + 1 if ran < STABLE_SECONDS else 1
+        if self.quick_crashes > MAX_QUICK_CRASHES:
+            log.error(
+                "%s exited with %s %d times in a row; giving up",
+                self.name,
+                code,
+                self.quick_crashes,
+            )
+            return False
+        delay = min(2 ** (self.quick_crashes - 1), MAX_BACKOFF_SECONDS)
+        log.warning(
+            "%s exited with %s after %.0f s; restarting it in %d s", self.name, code, ran, delay
+        )
+        self.restart_at = now + delay
+        return True
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+
+def supervise(children: list[Child]) -> int:
+    while all(child.check(time.monotonic()) for child in children):
+        time.sleep(0.5)
+    return 1
+
+
 def main() -> int:
     stack = "--stack" in sys.argv[1:]
     if stack and not stack_environment():
         return 2
+    logging.basicConfig(format="%(asctime)s %(levelname)s run: %(message)s", level=logging.INFO)
     # A SIGTERM (docker stop, a supervisor) stops the children too, via the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    processes = {
-        name: subprocess.Popen(cmd)
-        for name, cmd in commands(*((2, 2) if stack else (1, 1))).items()
-    }
+    children = [Child(name, cmd) for name, cmd in commands(*((2, 2) if stack else (1, 1))).items()]
     webs = ", ".join(
-        f"http://{HOST}:{n.removeprefix('web-')}/" for n in processes if n.startswith("web-")
+        f"http://{HOST}:{c.name.removeprefix('web-')}/"
+        for c in children
+        if c.name.startswith("web-")
     )
     print(f"Accelplane is serving {webs} (Ctrl-C stops every process)")  # noqa: T201
     try:
-        while True:
-            for name, process in processes.items():
-                if process.poll() is not None:
-                    print(f"{name} exited with {process.returncode}; stopping", file=sys.stderr)  # noqa: T201
-                    return process.returncode or 1
-            time.sleep(0.5)
+        return supervise(children)
     except KeyboardInterrupt:
         return 0
     finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes.values():
+        for child in children:
+            child.stop()
+        for child in children:
             try:
-                process.wait(timeout=10)
+                child.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                process.kill()
+                child.process.kill()
 
 
 if __name__ == "__main__":

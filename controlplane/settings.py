@@ -1,7 +1,7 @@
 """Accelplane settings, read from the environment.
 
-Unset means embedded mode: SQLite, an in-process channel layer, a filesystem Celery broker
-(no Redis) and the `sim` provider. DATABASE_URL and REDIS_URL switch to the full stack.
+Unset means embedded mode: SQLite, an in-process channel layer, a Celery broker on a SQLite
+file (no Redis) and the `sim` provider. DATABASE_URL and REDIS_URL switch to the full stack.
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
+
+from controlplane import keys
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("ACCELPLANE_VAR_DIR", BASE_DIR / "var"))
@@ -38,12 +41,19 @@ def envint(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer (got {value!r})") from None
 
 
-DEBUG = envbool("DEBUG", True)
-SECRET_KEY = os.environ.get("SECRET_KEY") or (
-    "insecure-embedded-key-set-SECRET_KEY-in-production" if DEBUG else ""
-)
-if not SECRET_KEY:
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+# On only where `make run` sets it: its error pages show settings and source to any tenant.
+DEBUG = envbool("DEBUG", False)
+# Keys of one machine (the embedded mode's SQLite, or DEBUG) are generated once into var/ and
+# shared by its processes; the full stack's processes run on several machines: set them.
+_ONE_MACHINE = DEBUG or not os.environ.get("DATABASE_URL")
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY and _ONE_MACHINE:
+    SECRET_KEY = keys.local_key(VAR_DIR / "secret-key", keys.new_secret_key)
+if not DEBUG and (_problem := keys.secret_key_problem(SECRET_KEY)):
+    raise ImproperlyConfigured(
+        f"SECRET_KEY {_problem}; set one, e.g. "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 if not DEBUG:
     # Production sits behind TLS (a load balancer that sets X-Forwarded-Proto).
@@ -55,7 +65,9 @@ if not DEBUG:
     # Joining browsers' HSTS preload list cannot be undone quickly: the operator opts in.
     SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
     SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
-    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    # false only to serve plain HTTP on one machine (`make stack`): browsers keep secure
+    # cookies from http://127.0.0.1.
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("SECURE_COOKIES", True)
 
 INSTALLED_APPS = [
     "daphne",
@@ -127,6 +139,12 @@ if DATABASE_URL:
     else:
         # Health checks: a connection that died with a database restart is replaced.
         DATABASES["default"].update(CONN_MAX_AGE=60, CONN_HEALTH_CHECKS=True)
+    _host = DATABASES["default"].get("HOST") or ""
+    if DEBUG and not (_host in ("", "localhost", "127.0.0.1", "::1") or _host.startswith("/")):
+        raise ImproperlyConfigured(
+            f"DEBUG is for one machine, but DATABASE_URL names host {_host!r}: a deployment "
+            "runs with DEBUG off"
+        )
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -166,20 +184,10 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    # A filesystem broker lets a separate worker process run without Redis (stack.md §3).
-    _broker_dir = VAR_DIR / "celery-broker"
-    for _folder in ("queue", "processed", "control"):
-        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://localhost/"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "queue"),
-        "data_folder_out": str(_broker_dir / "queue"),
-        "processed_folder": str(_broker_dir / "processed"),
-        # Exchange bindings; kombu's default is ./control, in whatever directory runs it.
-        "control_folder": str(_broker_dir / "control"),
-        "store_processed": False,
-        "polling_interval": 0.1,
-    }
+    # Separate worker and beat processes without Redis: a broker on a SQLite file
+    # (controlplane/broker.py says why not kombu's filesystem transport).
+    CELERY_BROKER_URL = f"sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
+    CELERY_BROKER_TRANSPORT = "controlplane.broker:Transport"
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_SERIALIZER = "json"
@@ -196,10 +204,54 @@ ACCELPLANE_WATCH_SESSION_SECONDS = envint("ACCELPLANE_WATCH_SESSION_SECONDS", 30
 # named; an endpoint override (plain http) points the client at a local fake (docs/gke.md).
 ACCELPLANE_GKE_ENDPOINT = os.environ.get("ACCELPLANE_GKE_ENDPOINT", "")
 ACCELPLANE_GKE_CREDENTIALS_FILE = os.environ.get("ACCELPLANE_GKE_CREDENTIALS_FILE", "")
+# Kubernetes API servers on plain http or loopback (local fakes: the contract tests). Off, a
+# kubeconfig's server must be https and never loopback, link-local or metadata (SSRF).
+ACCELPLANE_ALLOW_INSECURE_KUBE_SERVERS = envbool("ACCELPLANE_ALLOW_INSECURE_KUBE_SERVERS", False)
+if ACCELPLANE_ALLOW_INSECURE_KUBE_SERVERS and not DEBUG:
+    raise ImproperlyConfigured(
+        "ACCELPLANE_ALLOW_INSECURE_KUBE_SERVERS is for local fakes: a deployment (DEBUG off) "
+        "reaches API servers over https only"
+    )
 # Encrypts uploaded service account keys (a Fernet key: `python -c "from cryptography.fernet
-# import Fernet; print(Fernet.generate_key().decode())"`); unset, one derived from SECRET_KEY.
+# import Fernet; print(Fernet.generate_key().decode())"`). Unset: generated into var/ on one
+# machine, else derived from SECRET_KEY (clusters/credentials.py).
 ACCELPLANE_ENCRYPTION_KEY = os.environ.get("ACCELPLANE_ENCRYPTION_KEY", "")
+if not ACCELPLANE_ENCRYPTION_KEY and _ONE_MACHINE:
+    ACCELPLANE_ENCRYPTION_KEY = keys.local_key(VAR_DIR / "encryption-key", keys.new_encryption_key)
+if ACCELPLANE_ENCRYPTION_KEY:
+    try:
+        Fernet(ACCELPLANE_ENCRYPTION_KEY)
+    except ValueError:
+        raise ImproperlyConfigured(
+            "ACCELPLANE_ENCRYPTION_KEY is not a Fernet key (32 url-safe base64-encoded bytes)"
+        ) from None
+
+# Limits: what one request may ask, so that no tenant holds a core or grows memory for
+# everyone (docs/api.md, "Limits", has the table). Past one: a 400 (413 for a body) naming
+# the field or the limit, and nothing stored.
+# Kubernetes' own limits (names, labels, annotations, indexed Jobs, int64 quantities) are not
+# settings: they live in workloads/manifests/limits.py and workloads/quantities.py.
+# A manifest body (API, upload, paste); beyond it 413. Django's form limit follows it.
 ACCELPLANE_MAX_MANIFEST_BYTES = envint("ACCELPLANE_MAX_MANIFEST_BYTES", 1_048_576)
+# Any other request body (JSON, forms): its own fields plus a pasted manifest.
+DATA_UPLOAD_MAX_MEMORY_SIZE = ACCELPLANE_MAX_MANIFEST_BYTES + 65_536
+# The documents of one request with YAML aliases (and `<<` merges) expanded, as JSON text:
+# a 500-byte alias bomb would otherwise expand to gigabytes.
+ACCELPLANE_MAX_EXPANDED_MANIFEST_BYTES = envint(
+    "ACCELPLANE_MAX_EXPANDED_MANIFEST_BYTES", 2 * ACCELPLANE_MAX_MANIFEST_BYTES
+)
+ACCELPLANE_MAX_MANIFEST_ALIASES = envint("ACCELPLANE_MAX_MANIFEST_ALIASES", 100)  # per document
+ACCELPLANE_MAX_DOCUMENTS = envint("ACCELPLANE_MAX_DOCUMENTS", 100)  # per request
+# Of YAML and JSON bodies; checks recurse, so it stays well below Python's limit of 1000.
+ACCELPLANE_MAX_NESTING_DEPTH = envint("ACCELPLANE_MAX_NESTING_DEPTH", 64)
+if not 1 <= ACCELPLANE_MAX_NESTING_DEPTH <= 200:
+    raise ImproperlyConfigured("ACCELPLANE_MAX_NESTING_DEPTH must be between 1 and 200")
+# The simulator builds every pod and Kueue workload in the request: about 0.2 ms per Job pod,
+# 1 ms per Deployment replica on SQLite, so these bound a request's work to seconds.
+ACCELPLANE_MAX_REPLICAS = envint("ACCELPLANE_MAX_REPLICAS", 10_000)  # Deployment, LWS, JobSet
+ACCELPLANE_MAX_PODS_PER_OBJECT = envint("ACCELPLANE_MAX_PODS_PER_OBJECT", 10_000)
+ACCELPLANE_MAX_PODS_PER_REQUEST = envint("ACCELPLANE_MAX_PODS_PER_REQUEST", 20_000)
+
 # Where admission runs after an API change: "request" (in the request, which then answers with
 # the outcome) or "worker" (a Celery task soon after, one per burst of changes per cluster,
 # as Kueue admits asynchronously: requests stay short and concurrent ones do not queue up on
@@ -216,6 +268,9 @@ ACCELPLANE_API_RATE = os.environ.get("ACCELPLANE_API_RATE", "6000/min")
 ACCELPLANE_EVENTS_POLL_SECONDS = float(
     os.environ.get("ACCELPLANE_EVENTS_POLL_SECONDS", "5" if REDIS_URL else "1")
 )
+# How often a WebSocket re-reads its user's session, API token and teams (closing it once
+# signed out, narrowing it once a team is left); logout and membership changes also ask at once.
+ACCELPLANE_EVENTS_RECHECK_SECONDS = envint("ACCELPLANE_EVENTS_RECHECK_SECONDS", 5)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -241,6 +296,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "api.common.Pagination",
     "PAGE_SIZE": 100,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # DRF's, with JSON nested at most ACCELPLANE_MAX_NESTING_DEPTH levels.
+    "DEFAULT_PARSER_CLASSES": [
+        "api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.handle",

@@ -18,7 +18,9 @@ SCRATCH=$(mktemp -d)
 RUN=
 trap 'if [ -n "$RUN" ]; then kill -- "-$RUN" 2>/dev/null; wait "$RUN" || true; fi; rm -rf "$SCRATCH"' EXIT
 mkdir -p "$REPO/var"
-export PYTHONPATH=$REPO ACCELPLANE_VAR_DIR=$SCRATCH/var ACCELPLANE_PORT=$PORT
+# DEBUG as `make run` has it; the keys are generated into the scratch var/.
+export PYTHONPATH=$REPO ACCELPLANE_VAR_DIR=$SCRATCH/var ACCELPLANE_PORT=$PORT DEBUG=true
+unset SECRET_KEY ACCELPLANE_ENCRYPTION_KEY DATABASE_URL REDIS_URL
 PYTHON=$REPO/.venv/bin/python
 
 cd "$SCRATCH"  # the demo writes var/admin-password here

@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
@@ -14,6 +15,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from events.audit import json_time, record_audit
 from teams.models import ApiToken, Membership, Team, TeamNamespace
 
 TOKEN_PREFIX = "apl_"
@@ -71,12 +73,16 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def issue_token(user: User, name: str = "api") -> tuple[ApiToken, str]:
+@transaction.atomic
+def issue_token(
+    user: User, name: str = "api", *, actor: User | None = None
+) -> tuple[ApiToken, str]:
     """A new token for `user`: the row, and the token itself, which is never stored."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken.objects.create(
         user=user, name=name, prefix=token[: len(TOKEN_PREFIX) + 6], digest=_digest(token)
     )
+    record_audit(actor, "created", f"ApiToken/{row.prefix}", after={"name": row.name})
     return row, token
 
 
@@ -95,10 +101,12 @@ def authenticate(token: str, now: datetime | None = None) -> ApiToken | None:
     return row
 
 
-def revoke(row: ApiToken, now: datetime | None = None) -> None:
+@transaction.atomic
+def revoke(row: ApiToken, now: datetime | None = None, *, actor: User | None = None) -> None:
     if row.revoked_at is None:
         row.revoked_at = now or timezone.now()
         row.save(update_fields=["revoked_at"])
+    record_audit(actor, "revoked", f"ApiToken/{row.prefix}", before={"name": row.name})
 
 
 @transaction.atomic
@@ -107,11 +115,13 @@ def ensure_team(
     *,
     namespaces: list[str],
     members: Sequence[tuple[str, str]] = (),
+    actor: User | None = None,
 ) -> Team:
     """Create what is missing: the team, its namespaces, its members (username, role).
 
     A namespace already owned by another team is refused: a namespace has one owner."""
-    team, _ = Team.objects.get_or_create(name=name)
+    team, created = Team.objects.get_or_create(name=name)
+    before = None if created else audited_team(team)
     for namespace in namespaces:
         owner = TeamNamespace.objects.filter(name=namespace).select_related("team").first()
         if owner is None:
@@ -123,4 +133,28 @@ def ensure_team(
             raise TeamError(f"role {role!r} is not one of {', '.join(Membership.Role.values)}")
         user, _ = User.objects.get_or_create(username=username)
         Membership.objects.update_or_create(team=team, user=user, defaults={"role": role})
+    action = "created" if created else "configured"
+    record_audit(actor, action, f"Team/{team.name}", before=before, after=audited_team(team))
     return team
+
+
+@transaction.atomic
+def delete_team(team: Team, *, actor: User | None = None) -> None:
+    """The team, its namespaces and memberships go; its namespaces' workloads stay."""
+    before = audited_team(team)
+    team.delete()
+    record_audit(actor, "deleted", f"Team/{before['name']}", before=before)
+
+
+def audited_team(team: Team) -> dict[str, Any]:
+    """A team as the API and its audit events show it."""
+    return {
+        "id": team.pk,
+        "name": team.name,
+        "namespaces": [n.name for n in team.namespaces.all()],
+        "members": [
+            {"username": m.user.username, "role": m.role}
+            for m in team.memberships.select_related("user")
+        ],
+        "created_at": json_time(team.created_at),
+    }

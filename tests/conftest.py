@@ -46,3 +46,25 @@ def _fresh_cache():
     from django.core.cache import cache
 
     cache.clear()
+
+
+@pytest.fixture(scope="session")
+def sa_key():
+    """A Google service account key file's JSON (tests.support.service_account_key)."""
+    from tests.support import service_account_key
+
+    return service_account_key()
+
+
+@pytest.fixture
+def staff_api(db):
+    """The REST API as a platform admin, by API token."""
+    from django.contrib.auth.models import User
+    from rest_framework.test import APIClient
+
+    from teams import services as teams
+
+    _, token = teams.issue_token(User.objects.create_user("root", is_staff=True))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client

@@ -189,3 +189,25 @@ spec:
                 - name: c
                   resources: {{limits: {{google.com/tpu: "{chips}"}}}}
 """
+
+
+def service_account_key() -> dict:
+    """A service account key file's JSON, as IAM gives it, with a real RSA key (the google
+    clients sign a token request with it)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    return {
+        "type": "service_account",
+        "project_id": "acme-ml",
+        "private_key_id": "abc123",
+        "private_key": pem,
+        "client_email": "deployer@acme-ml.iam.gserviceaccount.com",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }

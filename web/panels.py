@@ -9,14 +9,14 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
-from api.events import visible_events
 from clusters.catalog import GPU_RESOURCE, LABEL_TPU_SLICE, TPU_RESOURCE
 from clusters.models import Cluster, Node, NodePool
-from events.services import serialize
 from teams.models import TeamNamespace
 from teams.services import Scope
+from teams.visibility import shown_events, visible_events
 from workloads.models import ClusterQueue, KubeObject, Pod, Slice, Workload
 from workloads.quantities import parse_quantity
 from workloads.status import cluster_queue_usages
@@ -43,7 +43,7 @@ def latest_seq(caller: Scope) -> int:
 
 def recent_events(caller: Scope) -> list[dict[str, Any]]:
     """The newest events the caller may see, newest first."""
-    return [serialize(e) for e in visible_events(caller).order_by("-id")[:FEED_LENGTH]]
+    return shown_events(caller, visible_events(caller).order_by("-id")[:FEED_LENGTH])
 
 
 def timeline(caller: Scope, obj: KubeObject) -> list[dict[str, Any]]:
@@ -54,7 +54,7 @@ def timeline(caller: Scope, obj: KubeObject) -> list[dict[str, Any]]:
         .filter(cluster=obj.cluster.name, object_key=obj.key)
         .exclude(kind__in=TIMELINE_SKIPS)
     )
-    return [serialize(e) for e in rows.order_by("id")[:TIMELINE_LENGTH]]
+    return shown_events(caller, rows.order_by("id")[:TIMELINE_LENGTH])
 
 
 def _percent(part: float, whole: float) -> float:
@@ -233,8 +233,11 @@ def _amount(resource: str, value: str | None) -> float:
     """A Kubernetes quantity string as a count (cores, GPUs, chips) or GiB for bytes."""
     if value is None:
         return 0.0
-    milli = parse_quantity(value, field=resource)
-    return milli / 1000 / (2**30 if resource in ("memory", "ephemeral-storage") else 1)
+    # Unbounded: these are sums, and rows stored before quantities were bounded may be huge;
+    # via Decimal, a value past float's range becomes inf instead of an OverflowError.
+    milli = parse_quantity(value, field=resource, bounded=False)
+    unit = 2**30 if resource in ("memory", "ephemeral-storage") else 1
+    return float(Decimal(milli).scaleb(-3) / unit)
 
 
 def _bar(resource: dict[str, Any]) -> dict[str, Any]:

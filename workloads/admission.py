@@ -1,4 +1,8 @@
-"""The one admission service: snapshot -> scheduler -> decisions and events, in one transaction."""
+"""The one admission service: snapshot -> scheduler -> decisions and events, in one transaction.
+
+`settle` is its entry point: admission and the simulated cluster (runtime.py) at one instant
+until nothing changes; `advance` runs it at every instant something happens up to a time.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,14 @@ from datetime import datetime
 
 from django.db import connection, transaction
 from django.db.models import F, Max
+from django.utils import timezone
 
 import scheduler
 from clusters.models import Cluster
 from events.models import Event
 from events.services import record_events
-from workloads import pods
-from workloads.history import workload_event_row
+from workloads import pods, runtime
+from workloads.history import admitted_events, preempted_event_row, workload_event_row
 from workloads.models import Checkpoint, KubeObject, Workload
 from workloads.snapshot import HEADS_PER_QUEUE, ClusterSnapshot, admission_json, load
 
@@ -32,6 +37,55 @@ ADMIT_FIELDS = [
     "resumed_from_step",
     "phase",
 ]
+MAX_ROUNDS = 100
+
+
+def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -> None:
+    """Admission and the simulated cluster, round after round, until nothing changes at `now`.
+
+    `max_admissions` caps admissions at this instant (see `scheduler.schedule`).
+    """
+    budget = max_admissions
+    heads = HEADS_PER_QUEUE
+    for round_number in range(MAX_ROUNDS):
+        changed = False
+        if budget is None or budget > 0:
+            decisions = admit_pending(cluster, now, budget, heads)
+            if budget is not None:
+                budget -= len(decisions.admitted)
+            if len(decisions.admitted) >= heads:
+                # A deep queue: a wider window next round rather than a round per window.
+                heads *= 2
+            changed = bool(
+                decisions.admitted
+                or decisions.preemptions
+                or any(p.parked for p in decisions.pending)
+            )
+        if not (_simulate_round(cluster, now, first=round_number == 0) or changed):
+            return
+
+
+def _simulate_round(cluster: Cluster, now: datetime, *, first: bool) -> bool:
+    """The simulated cluster's round under the admission lock: two workers settling one
+    cluster would otherwise both stop the same evicted workload, and a checkpoint (which locks
+    its owner) could interleave with a preemption (which updates it) and deadlock."""
+    with transaction.atomic():
+        lock_admission(cluster)
+        return runtime.simulate_round(cluster, now, first=first)
+
+
+def advance(cluster: Cluster, start: datetime, end: datetime) -> None:
+    """Settle at `start`, then at every instant the simulated cluster changes until `end`."""
+    settle(cluster, start)
+    while (at := runtime.next_event_at(cluster)) is not None and at <= end:
+        settle(cluster, at)
+
+
+def tick_live() -> None:
+    """Live mode (Celery beat): every running sim cluster catches up with everything due now."""
+    now = timezone.now()
+    for cluster in Cluster.objects.filter(status=Cluster.Status.RUNNING, provider="sim"):
+        advance(cluster, now, now)
 
 
 def lock_admission(cluster: Cluster) -> None:
@@ -130,18 +184,7 @@ class _Writer:
                 preemptions=F("preemptions") + 1,
             )
             KubeObject.objects.filter(pk=row.owner_id).update(preemptions=F("preemptions") + 1)
-            self.events.append(
-                workload_event_row(
-                    "workload.preempted",
-                    row,
-                    self.now,
-                    f"preempted by {preemptor.owner.key} (workload {preemptor.name}, "
-                    f"priority {preemptor.priority}): {victim.reason.value}",
-                    reason=victim.reason.value,
-                    preemptor=preemptor.name,
-                    preemptor_object=preemptor.owner.key,
-                )
-            )
+            self.events.append(preempted_event_row(row, self.now, victim.reason.value, preemptor))
 
     def _mark_pending(self, pending: Iterable[scheduler.Pending]) -> None:
         # Many workloads share a state (the same reason and message): one UPDATE per state.
@@ -169,25 +212,3 @@ def _latest_checkpoints(owner_ids: set[int]) -> dict[int, int]:
 def _flavor_text(admission: scheduler.Admission) -> str:
     flavors = sorted({f for p in admission.pod_sets for f in p.flavors.values()})
     return ", ".join(flavors) or "no flavor"
-
-
-def admitted_events(row: Workload, now: datetime, message: str) -> list[Event]:
-    """QuotaReserved and every admission check Ready: Admitted, and resumed if it was before."""
-    row.phase = Workload.Phase.ADMITTED
-    row.admitted_at = now
-    events = [
-        workload_event_row(
-            "workload.admitted", row, now, message, cluster_queue=row.cluster_queue_name
-        )
-    ]
-    if row.resumed_from_step is not None:
-        events.append(
-            workload_event_row(
-                "workload.resumed",
-                row,
-                now,
-                f"resumed from checkpoint at step {row.resumed_from_step}",
-                step=row.resumed_from_step,
-            )
-        )
-    return events

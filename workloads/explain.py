@@ -21,7 +21,8 @@ from scheduler.model import FlavorResource
 from scheduler.preemption import find_targets
 from scheduler.quota import NodeKey
 from scheduler.state import ClusterState
-from workloads import runtime, snapshot
+from teams.visibility import OTHER_TEAMS_MESSAGE, namespace_of
+from workloads import checkpoints, runtime, snapshot
 from workloads.models import LocalQueue, Workload
 from workloads.quantities import format_quantity
 
@@ -108,7 +109,7 @@ def _steps_since_checkpoint(row: Workload, now: datetime) -> tuple[int, int] | N
     """(current step, latest checkpoint step) of a training workload that is running."""
     if row.owner.kind not in runtime.TRAINING_KINDS or row.training_started_at is None:
         return None
-    return runtime.current_step(row, now), runtime.latest_checkpoint_step(row)
+    return runtime.current_step(row, now), checkpoints.latest_step(row)
 
 
 def _training(row: Workload, now: datetime) -> dict[str, int] | None:
@@ -145,6 +146,7 @@ def _last_preemption(row: Workload, now: datetime) -> dict[str, Any] | None:
         "by": _preemptor(row, preempted.data),
         "reason": preempted.data.get("reason"),
         "message": preempted.message,
+        OTHER_TEAMS_MESSAGE: preempted.data.get(OTHER_TEAMS_MESSAGE),
         "steps_lost": steps_lost,
         "times_preempted": row.preemptions,
         "steps_lost_total": row.steps_lost,
@@ -157,8 +159,10 @@ def _preemptor(row: Workload, data: Mapping[str, Any]) -> dict[str, Any]:
         .select_related("owner")
         .first()
     )
-    if found is None:  # deleted since: the event still names it
-        return {"name": data.get("preemptor"), "object": data.get("preemptor_object")}
+    if found is None:  # deleted since: the event still names it, and where it was
+        shown = {key: data.get(f"preemptor_{key}") for key in ("object", "priority")}
+        namespace = data.get("preemptor_namespace") or namespace_of(shown["object"] or "")
+        return {"namespace": namespace or "", "name": data.get("preemptor"), **shown}
     return workload_ref(found)
 
 

@@ -321,6 +321,10 @@ class Checkpoint(models.Model):
 
     class Meta:
         ordering = ["owner", "step"]
+        # workloads/checkpoints.py checks "after the latest" under a lock; this backs it.
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "step"], name="unique_checkpoint_step")
+        ]
 
     def __str__(self) -> str:
         return f"{self.owner.key}@{self.step}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -10,12 +11,32 @@ from typing import Any
 from workloads.models import KubeObject, Pod, ResourceFlavor, Workload
 
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+# The characters of Kubernetes' generated name suffixes (apimachinery util/rand: no vowels, no
+# digits that look like letters), five of them as the ReplicaSet controller makes.
+SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+SUFFIX_LENGTH = 5
+SUFFIXES = len(SUFFIX_ALPHABET) ** SUFFIX_LENGTH  # 27**5 = 3**15
+# Not a multiple of 3, so `index * STRIDE` visits every suffix once before any repeats.
+SUFFIX_STRIDE = 7_368_787
 
 
 def short_hash(*parts: object, length: int = 5) -> str:
     """Deterministic stand-in for the random suffixes Kubernetes controllers generate."""
     digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).hexdigest()
     return digest[:length]
+
+
+def replica_suffix(owner: KubeObject, replica: int) -> str:
+    """A Deployment replica's pod-name suffix. It looks random, as the ReplicaSet controller's
+    do, but is a bijection of the replica index within a generation: thousands of replicas never
+    collide (random suffixes would, and Kubernetes retries them; we do not need to)."""
+    offset = int(short_hash(owner.pk, owner.generation, "pod", length=8), 16)
+    number = (replica * SUFFIX_STRIDE + offset) % SUFFIXES
+    chars = []
+    for _ in range(SUFFIX_LENGTH):
+        number, digit = divmod(number, len(SUFFIX_ALPHABET))
+        chars.append(SUFFIX_ALPHABET[digit])
+    return "".join(chars)
 
 
 def is_pod_owned(owner: KubeObject) -> bool:
@@ -40,9 +61,7 @@ def scheduling(
     }
 
 
-def pod_names(
-    owner: KubeObject, pod_set: str, count: int, replica: int, created: float = 0.0
-) -> list[str]:
+def pod_names(owner: KubeObject, pod_set: str, count: int, replica: int) -> list[str]:
     if owner.kind == "Job":
         return [
             f"{owner.name}-{i}-{short_hash(owner.pk, owner.generation, i)}" for i in range(count)
@@ -55,11 +74,9 @@ def pod_names(
         if pod_set == "leader":
             return [f"{owner.name}-{replica}"]
         return [f"{owner.name}-{replica}-{i + 1}" for i in range(count)]
-    return [
-        f"{owner.name}-{short_hash(owner.pk, owner.generation, 'rs', length=10)}-"
-        f"{short_hash(owner.pk, replica, i, created)}"
-        for i in range(count)
-    ]
+    # A Deployment replica is one pod.
+    template_hash = short_hash(owner.pk, owner.generation, "rs", length=10)
+    return [f"{owner.name}-{template_hash}-{replica_suffix(owner, replica)}"]
 
 
 def create_gated(row: Workload, now: datetime) -> None:
@@ -69,7 +86,7 @@ def create_gated(row: Workload, now: datetime) -> None:
         cluster_id=row.cluster_id,
         owner=row.owner,
         workload=row,
-        name=pod_names(row.owner, pod_set["name"], 1, row.replica_index, now.timestamp())[0],
+        name=pod_names(row.owner, pod_set["name"], 1, row.replica_index)[0],
         namespace=row.namespace,
         pod_set=pod_set["name"],
         replica_index=row.replica_index,
@@ -97,15 +114,27 @@ def create_unmanaged(
         )
         for replica in replicas
         for pod_set in pod_sets
-        for index, name in enumerate(
-            pod_names(owner, pod_set["name"], pod_set["count"], replica, now.timestamp())
-        )
+        for index, name in enumerate(pod_names(owner, pod_set["name"], pod_set["count"], replica))
     )
 
 
-def scale_down_order(pods: Sequence[Pod]) -> tuple[int, float]:
-    """ReplicaSet scale-down: unplaced pods first, then not ready, then the newest."""
-    if not pods or any(p.node_id is None for p in pods):
+def replicas_to_remove(
+    owner: KubeObject, replicas: Mapping[int, Sequence[Pod]], count: int
+) -> list[int]:
+    """The `count` replica indexes scaling down removes, of `replicas` (index -> its pods; a
+    group Kueue has not admitted has none). A LeaderWorkerSet's groups are its leader
+    StatefulSet's ordinals: the highest go. A Deployment's ReplicaSet ranks its pods."""
+    if owner.kind == "LeaderWorkerSet":
+        return sorted(replicas, reverse=True)[:count]
+    return sorted(replicas, key=lambda index: _scale_down_rank(replicas[index]))[:count]
+
+
+def _scale_down_rank(pods: Sequence[Pod]) -> tuple[int, float]:
+    """ReplicaSet scale-down: unplaced pods first (no pods at all first of those), then not
+    ready, then the newest."""
+    if not pods:
+        return 0, -math.inf
+    if any(p.node_id is None for p in pods):
         rank = 0
     elif not all(p.ready for p in pods):
         rank = 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, Overflow
 
 from kubernetes import utils as _k8s_utils
 
@@ -26,6 +26,11 @@ _BINARY_SUFFIXES = (
     ("Ki", 2**10),
 )
 _BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage"})
+# Kueue counts a quantity in an int64 (resource.Quantity.Value()), and apimachinery's
+# ParseQuantity caps binary-suffixed quantities there: GKE's TPU docs write `999999Pi` for
+# "no limit". A larger decimal one (1e308 GPUs) is refused: nothing could count it, and the
+# queue page once overflowed a float on it.
+MAX_UNITS = 2**63 - 1
 
 
 class QuantityError(ValueError):
@@ -38,16 +43,22 @@ class QuantityError(ValueError):
         super().__init__(f"{field}: {value!r} {reason}")
 
 
-def parse_quantity(value: str | int | float, *, field: str) -> int:
+def parse_quantity(value: str | int | float, *, field: str, bounded: bool = True) -> int:
     """Milli-units of a non-negative quantity, rounded up like apimachinery's MilliValue().
 
     Every quantity Accelplane reads (requests, limits, quotas) must be >= 0, as Kubernetes and
-    Kueue validate, so a negative one is rejected here too.
+    Kueue validate, so a negative one is rejected here too; and at most MAX_UNITS (binary ones
+    capped there) unless not `bounded` (sums Accelplane computed itself).
     """
     amount = _decimal(value, field)
     if amount < 0:
         raise QuantityError(field, value, "must not be negative")
-    return math.ceil(amount * 1000)
+    # Compared before scaling: 1e10000000 * 1000 overflows the decimal context.
+    if bounded and amount > MAX_UNITS:
+        if not str(value).endswith("i"):
+            raise QuantityError(field, value, f"is too large: at most {MAX_UNITS}")
+        amount = Decimal(MAX_UNITS)
+    return math.ceil(amount.scaleb(3))
 
 
 def _decimal(value: object, field: str) -> Decimal:
@@ -63,7 +74,9 @@ def _decimal(value: object, field: str) -> Decimal:
         raise QuantityError(field, value)
     try:
         return _k8s_parse_quantity(text)
-    except (ValueError, InvalidOperation):
+    except Overflow:  # 10**999999 with an E suffix: past even Decimal's exponents
+        raise QuantityError(field, value, f"is too large: at most {MAX_UNITS}") from None
+    except (ValueError, ArithmeticError):
         raise QuantityError(field, value) from None
 
 

@@ -1,8 +1,9 @@
-"""The simulated cluster on a clock: kubelet, job controllers and training progress.
+"""The simulated cluster: kubelet, job controllers and training progress on a clock.
 
-`settle(cluster, now)` runs admission and everything that happens at one instant until
-nothing changes; `advance(cluster, start, end)` jumps from one future event to the next
-(a pod becoming ready, a checkpoint, a job finishing) so virtual hours cost little.
+`simulate_round(cluster, now)` is one round of it at one instant; admission.settle alternates
+its own cycles with these rounds until nothing changes. `next_event_at` says when the simulated
+world next changes by itself (a pod becoming ready, a checkpoint, a job finishing), so that
+virtual hours cost little.
 """
 
 from __future__ import annotations
@@ -14,53 +15,20 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Count, F, Max, Q
-from django.utils import timezone
 
 import scheduler
 from clusters.models import Cluster, Node
 from events.services import record_events
 from scheduler.topology import HOSTNAME
-from workloads import admission, pods, slicing
-from workloads.history import workload_event, workload_event_row
+from workloads import checkpoints, pods, slicing
+from workloads.history import admitted_events, workload_event, workload_event_row
 from workloads.models import Checkpoint, Pod, Workload
-from workloads.snapshot import HEADS_PER_QUEUE, affinity, cluster_nodes, toleration
+from workloads.snapshot import affinity, cluster_nodes, toleration
 
-MAX_ROUNDS = 100
 TRAINING_KINDS = ("Job", "JobSet")
 
 
-def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -> None:
-    """Admission and the simulated cluster, round after round, until nothing changes at `now`.
-
-    `max_admissions` caps admissions at this instant (see `scheduler.schedule`).
-    """
-    budget = max_admissions
-    heads = HEADS_PER_QUEUE
-    for round_number in range(MAX_ROUNDS):
-        changed = False
-        if budget is None or budget > 0:
-            decisions = admission.admit_pending(cluster, now, budget, heads)
-            if budget is not None:
-                budget -= len(decisions.admitted)
-            if len(decisions.admitted) >= heads:
-                # A deep queue: a wider window next round rather than a round per window.
-                heads *= 2
-            changed = bool(
-                decisions.admitted
-                or decisions.preemptions
-                or any(p.parked for p in decisions.pending)
-            )
-        if not (_step(cluster, now, first=round_number == 0) or changed):
-            return
-
-
-def advance(cluster: Cluster, start: datetime, end: datetime) -> None:
-    settle(cluster, start)
-    while (at := next_event_at(cluster)) is not None and at <= end:
-        settle(cluster, at)
-
-
-def _step(cluster: Cluster, now: datetime, *, first: bool = True) -> bool:
+def simulate_round(cluster: Cluster, now: datetime, *, first: bool = True) -> bool:
     """One round of the simulated cluster at `now`. Training progresses with the clock alone:
     after the first round at an instant, only jobs that started this round have steps to take."""
     with transaction.atomic():
@@ -92,11 +60,6 @@ def current_step(row: Workload, now: datetime) -> int:
     return min(done, sim["total_steps"]) if sim["total_steps"] else done
 
 
-def latest_checkpoint_step(row: Workload) -> int:
-    latest = Checkpoint.objects.filter(owner_id=row.owner_id).order_by("-step").first()
-    return latest.step if latest else 0
-
-
 def stop_evicted(cluster: Cluster, now: datetime) -> bool:
     """Evicted workloads stop (sim: at once), release quota and go back to their queue."""
     rows = list(
@@ -106,7 +69,7 @@ def stop_evicted(cluster: Cluster, now: datetime) -> bool:
     for row in rows:
         lost = 0
         if row.training_started_at is not None:
-            lost = max(0, current_step(row, now) - latest_checkpoint_step(row))
+            lost = max(0, current_step(row, now) - checkpoints.latest_step(row))
         pods.stop(row)
         row.phase = Workload.Phase.PENDING
         row.admission = None
@@ -153,7 +116,7 @@ def _promote_checked(cluster: Cluster, now: datetime) -> bool:
     events = []
     for row in rows:
         message = f"admitted by ClusterQueue {row.cluster_queue_name}: admission checks ready"
-        events += admission.admitted_events(row, now, message)
+        events += admitted_events(row, now, message)
     for row in rows:
         Workload.objects.filter(pk=row.pk).update(phase=row.phase, admitted_at=row.admitted_at)
     record_events(events)
@@ -337,24 +300,11 @@ def _checkpoint(row: Workload, now: datetime) -> bool:
     reached = current_step(row, now)
     steps = range((last // every + 1) * every, reached + 1, every)
     for step in steps:
-        record_checkpoint(row, step, _time_of_step(row, step), path="")
+        try:
+            checkpoints.record(row, step, _time_of_step(row, step))
+        except checkpoints.NotNewer:
+            break  # the job reported a later one itself (the API) since `last` was read
     return bool(steps)
-
-
-def record_checkpoint(row: Workload, step: int, at: datetime, path: str) -> Checkpoint:
-    path = path or f"checkpoint-{step}"
-    checkpoint = Checkpoint.objects.create(
-        owner=row.owner, workload=row, step=step, path=path, saved_at=at
-    )
-    workload_event(
-        "checkpoint.saved",
-        row,
-        at,
-        step=step,
-        path=path,
-        message=f"checkpoint saved at step {step} ({path})",
-    )
-    return checkpoint
 
 
 def finish(rows: Sequence[Workload], at: datetime, phase: str) -> None:
@@ -396,10 +346,3 @@ def next_event_at(cluster: Cluster) -> datetime | None:
     if activation is not None:
         times.append(activation)
     return min(times) if times else None
-
-
-def tick_live() -> None:
-    """Live mode (Celery beat): every running sim cluster catches up with everything due now."""
-    now = timezone.now()
-    for cluster in Cluster.objects.filter(status=Cluster.Status.RUNNING, provider="sim"):
-        advance(cluster, now, now)

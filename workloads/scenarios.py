@@ -20,7 +20,7 @@ from clusters.catalog import CatalogError
 from clusters.models import Cluster
 from events.models import Event
 from events.services import serialize
-from workloads import runtime, services, status
+from workloads import admission, services, status
 from workloads.durations import parse_duration
 from workloads.manifests import ManifestError
 from workloads.quantities import QuantityError, parse_quantity
@@ -28,6 +28,8 @@ from workloads.quantities import QuantityError, parse_quantity
 START = datetime(2026, 1, 1, tzinfo=UTC)
 ACTIONS = ("apply", "scale", "delete", "advance", "finish", "fail", "expect")
 QUANTITY_FIELDS = ("usage", "borrowed")
+# Replay runs on its own clock: admission at each step's instant, never by a worker later.
+NOW = services.Admit.NOW
 
 
 class ScenarioError(ValueError):
@@ -153,13 +155,15 @@ class _Runner:
         handlers: dict[str, Callable[[Any], None]] = {
             "apply": lambda v: self._apply(v, step),
             "scale": self._scale,
-            "delete": lambda v: self._with_object(v, lambda o: services.delete(o, self.now)),
+            "delete": lambda v: self._with_object(
+                v, lambda o: services.delete(o, self.now, admit=NOW)
+            ),
             "advance": self._advance,
             "finish": lambda v: self._with_object(
-                v, lambda o: services.end(o, self.now, failed=False)
+                v, lambda o: services.end(o, self.now, failed=False, admit=NOW)
             ),
             "fail": lambda v: self._with_object(
-                v, lambda o: services.end(o, self.now, failed=True)
+                v, lambda o: services.end(o, self.now, failed=True, admit=NOW)
             ),
         }
         try:
@@ -189,6 +193,7 @@ class _Runner:
             namespace=step.get("namespace"),
             substitutions={str(k): str(v) for k, v in (step.get("substitute") or {}).items()},
             simulation=self.data.get("simulation") or {},
+            admit=NOW,
         )
 
     def _target(self, value: Any) -> Any:
@@ -205,11 +210,11 @@ class _Runner:
         replicas = value.get("replicas") if isinstance(value, dict) else None
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise StepError(f"scale.replicas: {replicas!r} is not a non-negative integer")
-        services.scale(self._target(value), replicas, self.now)
+        services.scale(self._target(value), replicas, self.now, admit=NOW)
 
     def _advance(self, value: Any) -> None:
         end = self.now + timedelta(seconds=parse_duration(value))
-        runtime.advance(self.cluster, self.now, end)
+        admission.advance(self.cluster, self.now, end)
         self.now = end
 
     def _expect(self, expected: Any) -> list[dict[str, Any]]:
@@ -229,9 +234,9 @@ def _matches(name: str, want: Any, got: Any) -> bool:
     if name in QUANTITY_FIELDS and isinstance(want, dict):
         if not isinstance(got, dict):
             return False
-        return all(
-            parse_quantity(str(v), field=f"{name}.{r}")
-            == parse_quantity(str(got.get(r, "0")), field=f"{name}.{r}")
+        return all(  # status quantities are sums: unbounded
+            parse_quantity(str(v), field=f"{name}.{r}", bounded=False)
+            == parse_quantity(str(got.get(r, "0")), field=f"{name}.{r}", bounded=False)
             for r, v in want.items()
         )
     return bool(want == got)

@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -15,8 +16,9 @@ from django.db.models import Value
 from kubernetes import client
 
 from clusters.models import Cluster
+from events.audit import record_audit
 from events.services import deferred_events, record_event
-from workloads import manifests, pods, runtime, slicing, tasks
+from workloads import admission, manifests, pods, runtime, slicing, tasks
 from workloads.durations import parse_duration
 from workloads.history import object_event, workload_event
 from workloads.kube import apply as kube_apply
@@ -34,6 +36,9 @@ from workloads.models import (
     Workload,
     WorkloadPriorityClass,
 )
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 QUEUE_KINDS = frozenset(QUEUE_MODELS)
 # The API version of a queue object made in the UI (no manifest), to delete it on a cluster.
@@ -53,6 +58,18 @@ SIM_DEFAULTS = {"startup": 30.0, "step_time": 10.0, "total_steps": 0, "checkpoin
 
 class ObjectNotFound(LookupError):
     pass
+
+
+class Admit(Enum):
+    """When admission runs after a change to a simulated cluster (Kueue admits on a real one)."""
+
+    NOW = "now"
+    """Here, before returning, whatever ACCELPLANE_ADMISSION says (what-if, replay)."""
+    AS_CONFIGURED = "as_configured"
+    """ACCELPLANE_ADMISSION: here and now ("request"), or by a worker soon after ("worker"),
+    where one run admits a whole burst of submissions."""
+    SKIP = "skip"
+    """Not at all: the caller runs admission itself, when it chooses (tests, benchmarks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +100,15 @@ def apply(
     namespace: str | None = None,
     substitutions: Mapping[str, str] | None = None,
     simulation: Mapping[str, Mapping[str, Any]] | None = None,
-    admit: bool = True,
+    admit: Admit = Admit.AS_CONFIGURED,
     authorize: Callable[[Document], None] | None = None,
+    actor: User | None = None,
 ) -> list[Applied]:
     """`kubectl apply`: validate every document first, then create or update all, atomically.
 
     `authorize` sees every document before anything is written and raises to refuse one.
-    With `admit`, admission and the simulated cluster then run at `now` (see `settle`).
+    Each Kueue object `actor` changes is audited (before and after) in the same transaction.
+    Admission then runs at `now` as `admit` says.
     """
     try:
         documents = manifests.load_documents(
@@ -99,9 +118,10 @@ def apply(
             for doc in documents:
                 authorize(doc)
         plans = [_plan(doc) for doc in documents]
+        manifests.check_pods_per_request((p.document, p.shape) for p in plans if p.shape)
         with transaction.atomic(), deferred_events():
             lookups = _Lookups(cluster, documents)
-            results = [_apply_one(lookups, plan, now, simulation or {}) for plan in plans]
+            results = [_apply_one(lookups, plan, now, simulation or {}, actor) for plan in plans]
             # Last, so that a refusal by the apiserver rolls all of it back.
             with _on_cluster(cluster) as api:
                 if api is not None:
@@ -124,21 +144,19 @@ def apply(
             **where,
         )
         raise
-    if admit:
-        settle(cluster, now)
+    _admit(cluster, now, admit)
     return results
 
 
-def settle(cluster: Cluster, now: datetime) -> None:
-    """Admission after a change: here and now, or by a worker soon after (settings:
-    ACCELPLANE_ADMISSION), where one run admits a whole burst of submissions. On a real
-    cluster Kueue admits; what it decides comes back through the watch (workloads/kube)."""
-    if cluster.provider != Cluster.Provider.SIM:
+def _admit(cluster: Cluster, now: datetime, admit: Admit) -> None:
+    """Admission after a change. On a real cluster Kueue admits; what it decides comes back
+    through the watch (workloads/kube)."""
+    if admit is Admit.SKIP or cluster.provider != Cluster.Provider.SIM:
         return
-    if settings.ACCELPLANE_ADMISSION == "worker":
+    if admit is Admit.AS_CONFIGURED and settings.ACCELPLANE_ADMISSION == "worker":
         tasks.admit_soon(cluster)
     else:
-        runtime.settle(cluster, now)
+        admission.settle(cluster, now)
 
 
 class _Lookups:
@@ -200,12 +218,16 @@ def _plan(doc: Document) -> _Plan:
 
 
 def _apply_one(
-    lookups: _Lookups, plan: _Plan, now: datetime, simulation: Mapping[str, Mapping[str, Any]]
+    lookups: _Lookups,
+    plan: _Plan,
+    now: datetime,
+    simulation: Mapping[str, Mapping[str, Any]],
+    actor: User | None,
 ) -> Applied:
     doc, cluster = plan.document, lookups.cluster
     if plan.spec is not None:
         lookups.changed(doc.kind)
-        return _apply_queue_object(cluster, doc, plan.spec, now)
+        return _apply_queue_object(cluster, doc, plan.spec, now, actor)
     existing = lookups.objects.get((doc.kind, doc.namespace or "", doc.name))
     if existing is not None and existing.manifest == doc.body:
         return Applied(doc.key, "unchanged", existing.pk)
@@ -247,7 +269,7 @@ def _apply_one(
 
 
 def _apply_queue_object(
-    cluster: Cluster, doc: Document, spec: dict[str, Any], now: datetime
+    cluster: Cluster, doc: Document, spec: dict[str, Any], now: datetime, actor: User | None
 ) -> Applied:
     model = QUEUE_MODELS[doc.kind]
     lookup: dict[str, Any] = {"cluster": cluster, "name": doc.name}
@@ -257,6 +279,7 @@ def _apply_queue_object(
     row = model._default_manager.filter(**lookup).first()
     if row is not None and row.spec == spec and row.manifest == doc.body:
         return Applied(doc.key, "unchanged", row.pk)
+    before = None if row is None else _rendered(row)
     if row is None:
         row = model._default_manager.create(
             **lookup, **columns, spec=spec, manifest=doc.body, created_at=now, updated_at=now
@@ -275,9 +298,17 @@ def _apply_queue_object(
         object_key=doc.key,
         message=f"{doc.key} {action}",
     )
+    after = manifests.render(doc.kind, doc.name, lookup.get("namespace"), spec)
+    record_audit(actor, action, doc.key, cluster=cluster.name, before=before, after=after)
     # Queue, flavor or cohort changes may make room: Kueue requeues inadmissible workloads.
     runtime.unpark(cluster)
     return Applied(doc.key, action, row.pk)
+
+
+def _rendered(row: Any) -> dict[str, Any]:
+    """A stored Kueue (or priority) object's manifest in Kueue's storage version."""
+    namespace = row.namespace if row.NAMESPACED else None
+    return manifests.render(row.KIND, row.name, namespace, row.spec)
 
 
 def _queue_columns(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -451,7 +482,9 @@ def _as_document(obj: KubeObject, body: dict[str, Any]) -> Document:
     )
 
 
-def scale(obj: KubeObject, replicas: int, now: datetime) -> None:
+def scale(
+    obj: KubeObject, replicas: int, now: datetime, *, admit: Admit = Admit.AS_CONFIGURED
+) -> None:
     """`kubectl scale` for Deployments and LeaderWorkerSets."""
     body = manifests.scale(_as_document(obj, obj.manifest), replicas)
     with transaction.atomic():
@@ -459,7 +492,7 @@ def scale(obj: KubeObject, replicas: int, now: datetime) -> None:
         with _on_cluster(obj.cluster) as api:
             if api is not None:
                 kube_apply.scale(api, obj.kind, obj.namespace, obj.name, replicas)
-    settle(obj.cluster, now)
+    _admit(obj.cluster, now, admit)
 
 
 def _scale_to(
@@ -481,11 +514,15 @@ def _scale_to(
     obj.save(update_fields=["manifest", "updated_at"])
     if replicas > before:
         start = max(indexes, default=-1) + 1
+        # Pods left from replicas that ended at these indexes: replaced, as a StatefulSet
+        # replaces an ordinal's pod (a new pod's name comes from its index: pods.pod_names).
+        obj.pods.filter(replica_index__gte=start).delete()
         new = range(start, start + replicas - before)
         _create_workloads(obj, shape, new, now, lookups, _as_document(obj, body))
     elif replicas < before:
-        ranked = sorted(indexes, key=lambda i: pods.scale_down_order(replicas_now.get(i, [])))
-        for index in ranked[: before - replicas]:
+        # A group Kueue has not admitted yet has no pods.
+        groups = {index: replicas_now.get(index, []) for index in indexes}
+        for index in pods.replicas_to_remove(obj, groups, before - replicas):
             if index in current:
                 _remove(current[index], now)
             else:
@@ -519,7 +556,7 @@ def _remove_workloads(obj: KubeObject, now: datetime) -> None:
     runtime.unpark(obj.cluster)
 
 
-def delete(obj: KubeObject, now: datetime) -> None:
+def delete(obj: KubeObject, now: datetime, *, admit: Admit = Admit.AS_CONFIGURED) -> None:
     cluster = obj.cluster
     with transaction.atomic():
         _remove_workloads(obj, now)
@@ -534,10 +571,12 @@ def delete(obj: KubeObject, now: datetime) -> None:
             if api is not None:
                 ref = ObjectRef.of(obj.api_version, obj.kind, obj.namespace, obj.name)
                 kube_apply.delete(api, ref)
-    settle(cluster, now)
+    _admit(cluster, now, admit)
 
 
-def end(obj: KubeObject, now: datetime, *, failed: bool) -> None:
+def end(
+    obj: KubeObject, now: datetime, *, failed: bool, admit: Admit = Admit.AS_CONFIGURED
+) -> None:
     """The object's workloads finish (or fail) now, whatever their progress."""
     phase = Workload.Phase.FAILED if failed else Workload.Phase.FINISHED
     with transaction.atomic():
@@ -547,7 +586,7 @@ def end(obj: KubeObject, now: datetime, *, failed: bool) -> None:
             )
         )
         runtime.finish(rows, now, phase)
-    settle(obj.cluster, now)
+    _admit(obj.cluster, now, admit)
 
 
 class InUse(ValueError):
@@ -555,7 +594,13 @@ class InUse(ValueError):
 
 
 def delete_queue_object(
-    cluster: Cluster, kind: str, name: str, namespace: str | None, now: datetime
+    cluster: Cluster,
+    kind: str,
+    name: str,
+    namespace: str | None,
+    now: datetime,
+    *,
+    actor: User | None = None,
 ) -> None:
     """Delete a Kueue object, unless something still needs it (Kueue's finalizers, in effect)."""
     model = QUEUE_MODELS[kind]
@@ -583,6 +628,7 @@ def delete_queue_object(
             object_key=row.key,
             message=f"{row.key} deleted",
         )
+        record_audit(actor, "deleted", row.key, cluster=cluster.name, before=_rendered(row))
         runtime.unpark(cluster)
 
 

@@ -233,7 +233,7 @@ _WORKLOAD_COLUMNS = (
 
 HEADS_PER_QUEUE = 16
 """Pending workloads loaded per LocalQueue, in queue order, by default. A call admits or parks
-at most this many per queue; `runtime.settle` calls again, with a wider window, while a
+at most this many per queue; `admission.settle` calls again, with a wider window, while a
 window fills up."""
 
 

@@ -151,7 +151,8 @@ def queue_rows(cluster: Cluster) -> list[dict[str, Any]]:
 
 def _percent(used: str, quota: dict[str, Any]) -> int:
     nominal = quota["nominal_quota"]
-    return min(100, round(100 * parse_quantity(used, field="usage") / nominal)) if nominal else 0
+    used_milli = parse_quantity(used, field="usage", bounded=False)  # a sum: may pass the bound
+    return min(100, round(100 * used_milli / nominal)) if nominal else 0
 
 
 def cluster_queue_usage(cluster: Cluster, cq: ClusterQueue) -> dict[str, Any]:

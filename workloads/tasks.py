@@ -10,7 +10,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from clusters.models import Cluster
-from workloads import runtime
+from workloads import admission
 from workloads.kube import watch
 
 logger = logging.getLogger(__name__)
@@ -50,13 +50,13 @@ def settle_cluster(cluster_id: int) -> None:
     cache.delete(_settle_queued(cluster_id))
     cluster = Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.RUNNING).first()
     if cluster is not None:
-        runtime.settle(cluster, timezone.now())
+        admission.settle(cluster, timezone.now())
 
 
 @shared_task(ignore_result=True)
 def tick_clusters() -> None:
     """Live mode: move every running simulated cluster to the current wall time."""
-    runtime.tick_live()
+    admission.tick_live()
 
 
 @shared_task(ignore_result=True)

@@ -1,9 +1,10 @@
 """Would these manifests be admitted now? The real path, rolled back.
 
 `whatif` runs exactly what `kubectl apply` runs (services.apply, then admission and the
-simulated cluster at `now`), reads what happened from the rows and the event log, and rolls
-everything back. Events are published only on commit and no task is enqueued on this path,
-so nothing escapes the rolled-back transaction.
+simulated cluster at `now`, inline whatever ACCELPLANE_ADMISSION says: a worker would only
+see the rolled-back transaction), reads what happened from the rows and the event log, and
+rolls everything back. Events are published only on commit and no task is enqueued on this
+path, so nothing escapes the rolled-back transaction.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from django.db.models import Max, QuerySet
 
 from clusters.models import Cluster
 from events.models import Event
-from workloads import runtime, services
+from workloads import admission, checkpoints, runtime, services
 from workloads.explain import workload_ref
 from workloads.manifests import QUEUE_KINDS, Document
 from workloads.models import Pod, Workload
@@ -63,11 +64,17 @@ def _apply_and_observe(
 ) -> dict[str, Any]:
     # Catch the simulated cluster up to `now` first (checkpoints due, pods ready), as live
     # mode's tick would, so that steps lost are counted from the right checkpoint.
-    runtime.settle(cluster, now)
+    admission.settle(cluster, now)
     last_event = Event.objects.aggregate(last=Max("id"))["last"] or 0
     last_workload = Workload.objects.aggregate(last=Max("id"))["last"] or 0
     applied = services.apply(
-        cluster, text, source=source, now=now, namespace=namespace, authorize=authorize
+        cluster,
+        text,
+        source=source,
+        now=now,
+        namespace=namespace,
+        admit=services.Admit.NOW,
+        authorize=authorize,
     )
     log = Event.objects.filter(cluster=cluster.name, id__gt=last_event)
     rows = Workload.objects.filter(
@@ -152,7 +159,7 @@ def _victim(row: Workload, preempted: Event, log: QuerySet[Event]) -> dict[str, 
         **workload_ref(victim),
         "reason": reason,
         "steps_lost": _steps_lost(preempted, log) if training else None,
-        "resumes_from_step": runtime.latest_checkpoint_step(victim) if training else None,
+        "resumes_from_step": checkpoints.latest_step(victim) if training else None,
     }
 
 

@@ -61,9 +61,13 @@ async def receive_events(communicator, count):
     return [(await communicator.receive_json_from(timeout=5))["event"] for _ in range(count)]
 
 
-async def test_anonymous_connections_are_refused():
-    _, connected, code = await connect(AnonymousUser())
-    assert (connected, code) == (False, UNAUTHORIZED)
+async def test_anonymous_connections_are_closed_with_the_code_live_js_expects():
+    communicator, connected, _ = await connect(AnonymousUser())
+    assert connected  # accepted, then closed: a refused handshake carries no code
+    assert await communicator.receive_output(timeout=5) == {
+        "type": "websocket.close",
+        "code": UNAUTHORIZED,
+    }
 
 
 async def test_the_log_after_seq_comes_first_in_order_and_only_what_the_user_may_see(people):

@@ -7,7 +7,7 @@ import pytest
 from tests.api.test_workloads import post_manifests
 from tests.shared import GPU_SEED, GPU_SEED_FILES, GPU_SEED_PLACEHOLDERS, requires_shared
 from tests.support import at, row_counts
-from workloads import runtime
+from workloads import admission, checkpoints, runtime
 from workloads.models import Workload
 
 pytestmark = [pytest.mark.django_db, requires_shared]
@@ -34,7 +34,7 @@ def workflow(admin, alice, clock, tenants):
         namespace="llm",
     ).json()["objects"]
     clock.at = at(minutes=20)
-    runtime.advance(tenants, at(), clock.at)
+    admission.advance(tenants, at(), clock.at)
     return {o["kind"]: o["id"] for o in objects}
 
 
@@ -64,7 +64,7 @@ def test_whatif_for_a_second_fine_tune_reports_its_victims_and_their_lost_steps(
     alice, clock, workflow
 ):
     running = fine_tune()
-    lost = runtime.current_step(running, clock.at) - runtime.latest_checkpoint_step(running)
+    lost = runtime.current_step(running, clock.at) - checkpoints.latest_step(running)
     assert lost > 0
     before = row_counts()
     second = seed("fine-tune-l4.yaml").replace("finetune-gemma-l4", "finetune-urgent")

@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.middleware import RequestIdFilter
 from tests.support import at, deployment, job
-from workloads import runtime, services
+from workloads import admission, services
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +34,7 @@ def test_queue_metrics_follow_admission_and_preemption(client, gpu_queues):
         namespace="llm",
         now=at(),
     )
-    runtime.advance(gpu_queues, at(), at(minutes=10))
+    admission.advance(gpu_queues, at(), at(minutes=10))
     inference = services.get_object(gpu_queues, "Deployment", "llm", "inference")
     services.scale(inference, 2, at(minutes=10))  # the fine-tune is preempted
     found = samples(client)

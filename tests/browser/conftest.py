@@ -186,7 +186,7 @@ def gpu_demo(cluster):
 
     from teams import services as teams
     from tests.support import GPU_QUEUES, deployment, job
-    from workloads import runtime, services
+    from workloads import admission, services
     from workloads.models import KubeObject
 
     start = timezone.now() - timedelta(minutes=10)
@@ -196,7 +196,7 @@ def gpu_demo(cluster):
         ("finetune.yaml", job("finetune", startup="5s", step_time="5s", checkpoint_every=10)),
     ):
         services.apply(cluster, text, source=name, now=start, namespace="llm")
-    runtime.advance(cluster, start, timezone.now())
+    admission.advance(cluster, start, timezone.now())
     teams.ensure_team("llm", namespaces=["llm"], members=[("ml-engineer", "submitter")])
     return SimpleNamespace(
         cluster=cluster,

@@ -13,6 +13,12 @@ from workloads import services
 from workloads.kube.client import from_endpoint
 
 
+@pytest.fixture(autouse=True)
+def insecure_kube_servers(settings):
+    """The fakes serve plain http on loopback: allowed only by this development setting."""
+    settings.ACCELPLANE_ALLOW_INSECURE_KUBE_SERVERS = True
+
+
 @pytest.fixture
 def fake_gke():
     with FakeGke() as fake:
@@ -47,5 +53,7 @@ def gpu_cluster_on(fake_kube: FakeKube) -> Cluster:
         endpoint=fake_kube.url,
     )
     for text in (GPU_QUEUES, job(), deployment()):
-        services.apply(cluster, text, source="t.yaml", now=at(), namespace=NAMESPACE, admit=False)
+        services.apply(
+            cluster, text, source="t.yaml", now=at(), namespace=NAMESPACE, admit=services.Admit.SKIP
+        )
     return cluster

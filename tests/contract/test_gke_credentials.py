@@ -8,16 +8,12 @@ import json
 
 import pytest
 import yaml
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from django.contrib.auth.models import User
-from rest_framework.test import APIClient
+from cryptography.fernet import Fernet
 
 from clusters import credentials
 from clusters.models import Cluster
 from clusters.services import provider_for
 from events.models import Event
-from teams import services as teams
 from workloads.kube import apply as kube
 from workloads.kube import client as kube_client
 from workloads.kube.client import api_client
@@ -27,60 +23,36 @@ pytestmark = pytest.mark.django_db
 EMAIL = "deployer@acme-ml.iam.gserviceaccount.com"
 
 
-@pytest.fixture(scope="module")
-def key():
-    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = private.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    return {
-        "type": "service_account",
-        "project_id": "acme-ml",
-        "private_key_id": "abc123",
-        "private_key": pem,
-        "client_email": EMAIL,
-        "token_uri": "https://oauth2.googleapis.com/token",
-    }
-
-
-@pytest.fixture
-def admin(db):
-    _, token = teams.issue_token(User.objects.create_user("root", is_staff=True))
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    return client
-
-
-def create(admin, django_capture_on_commit_callbacks, **fields):
+def create(staff_api, django_capture_on_commit_callbacks, **fields):
     body = {"name": "llm-cluster", "provider": "gke", "project": "acme-ml", **fields}
     with django_capture_on_commit_callbacks(execute=False):  # no worker in this test
-        return admin.post("/api/v1/clusters", body, format="json")
+        return staff_api.post("/api/v1/clusters", body, format="json")
 
 
 def test_an_uploaded_key_is_stored_encrypted_and_never_shown(
-    admin, key, django_capture_on_commit_callbacks
+    staff_api, sa_key, django_capture_on_commit_callbacks
 ):
-    response = create(admin, django_capture_on_commit_callbacks, service_account_key=key)
+    response = create(staff_api, django_capture_on_commit_callbacks, service_account_key=sa_key)
 
     assert response.status_code == 201, response.json()
     assert "service_account_key" not in response.json()
-    shown = admin.get(f"/api/v1/clusters/{response.json()['id']}").content.decode()
+    shown = staff_api.get(f"/api/v1/clusters/{response.json()['id']}").content.decode()
     stored = Cluster.objects.get().service_account_key
-    assert key["private_key"].splitlines()[1] not in stored + shown
-    assert credentials.unseal(stored) == key
+    assert sa_key["private_key"].splitlines()[1] not in stored + shown
+    assert credentials.unseal(stored) == sa_key
     history = json.dumps(list(Event.objects.values_list("data", "message")))
     assert "private_key" not in history
     assert EMAIL not in history
 
 
-def test_the_key_may_be_uploaded_as_the_files_text(admin, key, django_capture_on_commit_callbacks):
-    text = json.dumps(key)
-    response = create(admin, django_capture_on_commit_callbacks, service_account_key=text)
+def test_the_key_may_be_uploaded_as_the_files_text(
+    staff_api, sa_key, django_capture_on_commit_callbacks
+):
+    text = json.dumps(sa_key)
+    response = create(staff_api, django_capture_on_commit_callbacks, service_account_key=text)
 
     assert response.status_code == 201, response.json()
-    assert credentials.unseal(Cluster.objects.get().service_account_key) == key
+    assert credentials.unseal(Cluster.objects.get().service_account_key) == sa_key
 
 
 @pytest.mark.parametrize(
@@ -92,19 +64,19 @@ def test_the_key_may_be_uploaded_as_the_files_text(admin, key, django_capture_on
     ],
 )
 def test_a_key_that_is_not_a_service_account_key_is_refused_by_field(
-    admin, value, problem, django_capture_on_commit_callbacks
+    staff_api, value, problem, django_capture_on_commit_callbacks
 ):
-    response = create(admin, django_capture_on_commit_callbacks, service_account_key=value)
+    response = create(staff_api, django_capture_on_commit_callbacks, service_account_key=value)
 
     assert response.status_code == 400
     assert problem in response.json()["service_account_key"][0]
     assert not Cluster.objects.exists()
 
 
-def test_the_gke_client_acts_as_the_clusters_own_key(settings, key):
+def test_the_gke_client_acts_as_the_clusters_own_key(settings, sa_key):
     settings.ACCELPLANE_GKE_ENDPOINT = ""  # Google's endpoint: the key is what authenticates
     cluster = Cluster.objects.create(
-        name="c", provider="gke", project="acme-ml", service_account_key=credentials.seal(key)
+        name="c", provider="gke", project="acme-ml", service_account_key=credentials.seal(sa_key)
     )
 
     identity = provider_for(cluster)._client._transport._credentials
@@ -112,9 +84,9 @@ def test_the_gke_client_acts_as_the_clusters_own_key(settings, key):
     assert identity.service_account_email == EMAIL
 
 
-def test_a_key_sealed_under_another_secret_is_a_clear_error(settings, key):
-    sealed = credentials.seal(key)
-    settings.SECRET_KEY = "rotated"
+def test_a_key_sealed_under_another_secret_is_a_clear_error(settings, sa_key):
+    sealed = credentials.seal(sa_key)
+    settings.ACCELPLANE_ENCRYPTION_KEY = Fernet.generate_key().decode()
 
     with pytest.raises(credentials.CredentialError, match="upload it again"):
         credentials.unseal(sealed)
@@ -146,17 +118,17 @@ GCLOUD_USER = {
 
 
 def test_an_uploaded_kubeconfig_is_sealed_and_reaches_the_apiserver_with_its_token(
-    admin, fake_kube, django_capture_on_commit_callbacks
+    staff_api, fake_kube, django_capture_on_commit_callbacks
 ):
     fake_kube.token = "s3cret-token"
     text = kubeconfig_text({"token": "s3cret-token"}, server=fake_kube.url)
 
-    response = create(admin, django_capture_on_commit_callbacks, kubeconfig=text)
+    response = create(staff_api, django_capture_on_commit_callbacks, kubeconfig=text)
 
     assert response.status_code == 201, response.json()
     assert response.json()["credentials"] == {"service_account_key": False, "kubeconfig": True}
     cluster = Cluster.objects.get()
-    shown = admin.get(f"/api/v1/clusters/{cluster.pk}").content.decode()
+    shown = staff_api.get(f"/api/v1/clusters/{cluster.pk}").content.decode()
     history = json.dumps(list(Event.objects.values_list("data", "message")))
     assert "s3cret-token" not in cluster.kubeconfig + shown + history
     with api_client(cluster) as api:
@@ -165,13 +137,14 @@ def test_an_uploaded_kubeconfig_is_sealed_and_reaches_the_apiserver_with_its_tok
 
 
 def test_gcloud_kubeconfigs_plugin_is_never_run_a_google_token_stands_in(
-    admin, monkeypatch, django_capture_on_commit_callbacks
+    staff_api, monkeypatch, django_capture_on_commit_callbacks
 ):
     ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
     text = kubeconfig_text(GCLOUD_USER, **{"certificate-authority-data": ca.decode()})
-    monkeypatch.setattr(kube_client, "google_token", lambda key: "google-token")
+    monkeypatch.setattr(kube_client, "google_token", lambda sa_key: "google-token")
 
-    assert create(admin, django_capture_on_commit_callbacks, kubeconfig=text).status_code == 201
+    assert create(staff_api, django_capture_on_commit_callbacks, kubeconfig=text).status_code == 201
+    Cluster.objects.update(endpoint="34.1.2.3")  # as GKE reports it once the cluster runs
     with api_client(Cluster.objects.get()) as api:
         assert api.configuration.host == "https://34.1.2.3"
         assert api.configuration.ca_cert_data.startswith("-----BEGIN CERTIFICATE-----")
@@ -200,9 +173,9 @@ def test_gcloud_kubeconfigs_plugin_is_never_run_a_google_token_stands_in(
     ],
 )
 def test_a_kubeconfig_that_would_run_or_read_anything_is_refused_by_field(
-    admin, text, problem, django_capture_on_commit_callbacks
+    staff_api, text, problem, django_capture_on_commit_callbacks
 ):
-    response = create(admin, django_capture_on_commit_callbacks, kubeconfig=text)
+    response = create(staff_api, django_capture_on_commit_callbacks, kubeconfig=text)
 
     assert response.status_code == 400
     assert problem in response.json()["kubeconfig"][0]
@@ -210,31 +183,31 @@ def test_a_kubeconfig_that_would_run_or_read_anything_is_refused_by_field(
     assert not Cluster.objects.exists()
 
 
-def test_a_simulated_cluster_takes_no_credentials(admin, django_capture_on_commit_callbacks):
+def test_a_simulated_cluster_takes_no_credentials(staff_api, django_capture_on_commit_callbacks):
     text = kubeconfig_text({"token": "t"})
     body = {"name": "sim-cluster", "kubeconfig": text}
     with django_capture_on_commit_callbacks(execute=False):
-        response = admin.post("/api/v1/clusters", body, format="json")
+        response = staff_api.post("/api/v1/clusters", body, format="json")
 
     assert response.status_code == 400
     assert "only a gke cluster takes credentials" in response.json()["kubeconfig"][0]
 
 
 def test_patch_replaces_credentials_audits_which_and_changes_nothing_else(
-    admin, key, django_capture_on_commit_callbacks
+    staff_api, sa_key, django_capture_on_commit_callbacks
 ):
-    created = create(admin, django_capture_on_commit_callbacks).json()
+    created = create(staff_api, django_capture_on_commit_callbacks).json()
     url = f"/api/v1/clusters/{created['id']}"
 
-    rotated = admin.patch(url, {"kubeconfig": kubeconfig_text({"token": "t2"})}, format="json")
-    renamed = admin.patch(url, {"name": "other", "service_account_key": key}, format="json")
+    rotated = staff_api.patch(url, {"kubeconfig": kubeconfig_text({"token": "t2"})}, format="json")
+    renamed = staff_api.patch(url, {"name": "other", "service_account_key": sa_key}, format="json")
 
     assert rotated.status_code == 200, rotated.json()
     assert rotated.json()["credentials"] == {"service_account_key": False, "kubeconfig": True}
     assert renamed.status_code == 400
     assert "only credentials change afterwards" in renamed.json()["name"][0]
     assert not Cluster.objects.get().service_account_key  # nothing half-applied
-    assert admin.put(url, {"name": "x"}, format="json").status_code == 405
+    assert staff_api.put(url, {"name": "x"}, format="json").status_code == 405
     audit = Event.objects.get(kind="audit.configured")
     assert audit.object_key == "Cluster/llm-cluster"
     assert audit.data["before"] == {"service_account_key": False, "kubeconfig": False}

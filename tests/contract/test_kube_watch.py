@@ -152,6 +152,10 @@ def test_a_preempted_training_job_goes_through_the_simulators_events(cluster):
         "reason": "InClusterQueue",
         "preemptor": inference_row.name,
         "preemptor_object": "Deployment/llm/inference",
+        "preemptor_namespace": "llm",
+        "preemptor_priority": 100,
+        "message_for_other_teams": "preempted by a workload of another team (priority 100): "
+        "InClusterQueue",
     }
     reserved = Event.objects.filter(workload_name=row.name, kind="workload.quota_reserved").first()
     assert reserved.data == {"cluster_queue": "gpu-queue", "flavor": "l4"}

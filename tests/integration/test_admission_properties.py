@@ -34,7 +34,7 @@ from clusters.models import Cluster
 from events.models import Event
 from tests.integration.workers import race
 from tests.support import T0
-from workloads import runtime, services
+from workloads import admission, services
 from workloads.models import ClusterQueue, KubeObject, Workload
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -178,7 +178,12 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     def apply(self, text: str, namespace: str | None = None) -> None:
         services.apply(
-            self.cluster, text, source="prop.yaml", now=self.now, namespace=namespace, admit=False
+            self.cluster,
+            text,
+            source="prop.yaml",
+            now=self.now,
+            namespace=namespace,
+            admit=services.Admit.SKIP,
         )
 
     def objects(self):
@@ -233,7 +238,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.tick()
         self.usage_before = usage(self.holding())
         cluster, now = self.cluster, self.now
-        errors = race(lambda: runtime.settle(cluster, now), WORKERS)
+        errors = race(lambda: admission.settle(cluster, now), WORKERS)
         assert not errors, errors
         self.check_quota()
 

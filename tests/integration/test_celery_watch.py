@@ -22,14 +22,19 @@ WATCHED_WITHIN = 30.0  # seconds: the watcher's start-up and three watch session
 
 
 @pytest.fixture
-def fake_kube():
+def fake_kube(settings):
+    settings.ACCELPLANE_ALLOW_INSECURE_KUBE_SERVERS = True  # it serves plain http on loopback
     with FakeKube() as fake:
         yield fake
 
 
 def test_beat_starts_every_watch_of_a_cluster_on_the_watcher(fake_kube, start_worker):
     start_worker(
-        "--queues=watch", "--pool=threads", "--concurrency=8", ACCELPLANE_WATCH_SESSION_SECONDS="2"
+        "--queues=watch",
+        "--pool=threads",
+        "--concurrency=8",
+        ACCELPLANE_WATCH_SESSION_SECONDS="2",
+        ACCELPLANE_ALLOW_INSECURE_KUBE_SERVERS="1",
     )
     cluster = gpu_cluster_on(fake_kube)
     NodePool.objects.create(

@@ -28,7 +28,7 @@ def pending_gpu_workloads(gpu_queues):
         source="inference.yaml",
         now=at(),
         namespace=NAMESPACE,
-        admit=False,
+        admit=services.Admit.SKIP,
     )
     assert Workload.objects.filter(phase=Workload.Phase.PENDING).count() == REPLICAS
     return gpu_queues

@@ -53,7 +53,7 @@ def queued(gpu_queues):
             source="job.yaml",
             now=at(seconds=i),
             namespace=NAMESPACE,
-            admit=False,
+            admit=services.Admit.SKIP,
         )
     return gpu_queues
 

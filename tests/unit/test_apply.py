@@ -256,7 +256,7 @@ def test_malformed_input_raises_only_manifest_error(gpu_queues, text):
 
 # Each of these is accepted today and then breaks the simulated clock: a step time of 0
 # divides by zero in runtime.current_step, a negative checkpoint interval makes
-# runtime.advance loop forever, and negative total steps finish a Job before it started.
+# admission.advance loop forever, and negative total steps finish a Job before it started.
 STALLING_SIMULATION = {
     "zero step time": ("sim.accelplane.dev/step-time", "0s"),
     "negative checkpoint interval": ("sim.accelplane.dev/checkpoint-every", "-10"),

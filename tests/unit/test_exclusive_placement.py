@@ -6,7 +6,7 @@ import pytest
 
 from clusters import services as cluster_services
 from tests.support import NAMESPACE, T0, at
-from workloads import manifests, runtime, services
+from workloads import admission, manifests, services
 from workloads.manifests import ManifestError
 from workloads.models import Pod
 
@@ -83,7 +83,7 @@ def test_each_job_of_an_exclusive_jobset_gets_a_node_pool_of_its_own(gpu_queues,
     if not queued:  # straight to the scheduler, as without Kueue
         text = text.replace("labels: {kueue.x-k8s.io/queue-name: team-llm}", "labels: {}")
     services.apply(gpu_queues, text, source="t.yaml", now=T0)
-    runtime.advance(gpu_queues, T0, at(minutes=5))
+    admission.advance(gpu_queues, T0, at(minutes=5))
     pools = {}
     for pod in Pod.objects.filter(owner__name="trainer").select_related("node__node_pool"):
         pools[pod.name] = pod.node.node_pool.name if pod.node else None

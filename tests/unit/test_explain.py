@@ -7,7 +7,7 @@ from tests.shared import GPU_SEED_FILES as SEED_FILES
 from tests.shared import GPU_SEED_PLACEHOLDERS as SEED_PLACEHOLDERS
 from tests.shared import requires_shared
 from tests.support import NAMESPACE, at, deployment, job
-from workloads import runtime, services
+from workloads import admission, services
 from workloads.explain import explain
 from workloads.models import KubeObject, LocalQueue, Workload
 
@@ -81,7 +81,7 @@ def quota_row(report, resource, flavor):
 def preempt_finetune_with_inference(cluster, inference="inference"):
     """The fine-tune (2 pods x 2 GPUs) trains from 12:01; at 12:15 (step 14, checkpoint at
     step 10) the inference Deployment scales to 2 pods and takes its GPUs."""
-    runtime.advance(cluster, at(), at(minutes=15))
+    admission.advance(cluster, at(), at(minutes=15))
     services.scale(get(cluster, "Deployment", inference), 2, at(minutes=15))
 
 
@@ -172,7 +172,7 @@ def test_an_admitted_tgi_pod_reports_its_assignment_and_the_quota_it_holds(clust
 
 def test_a_running_fine_tune_reports_the_steps_a_preemption_would_cost(gpu_queues):
     apply(gpu_queues, job(pods=2, checkpoint_every=10), at())
-    runtime.advance(gpu_queues, at(), at(minutes=15))
+    admission.advance(gpu_queues, at(), at(minutes=15))
 
     report = explain(workload_of("finetune"), at(minutes=15))
 
@@ -206,10 +206,15 @@ def test_pending_workloads_are_placed_by_priority_then_queue_time(gpu_queues):
 def test_a_workload_whose_local_queue_is_gone_says_so(gpu_queues):
     # Submitted, then its LocalQueue deleted before any scheduling cycle saw it.
     services.apply(
-        gpu_queues, job(pods=1), source="job.yaml", now=at(), namespace=NAMESPACE, admit=False
+        gpu_queues,
+        job(pods=1),
+        source="job.yaml",
+        now=at(),
+        namespace=NAMESPACE,
+        admit=services.Admit.SKIP,
     )
     LocalQueue.objects.filter(cluster=gpu_queues, name="team-llm").delete()
-    runtime.settle(gpu_queues, at(seconds=1))
+    admission.settle(gpu_queues, at(seconds=1))
 
     report = explain(workload_of("finetune"), at(seconds=1))
 

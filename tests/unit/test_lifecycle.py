@@ -1,6 +1,6 @@
 """Workloads over virtual time: quota, gating, preemption, checkpoints, completion, deletion.
 
-Everything goes through `workloads.services` and `runtime.advance` with explicit datetimes and
+Everything goes through `workloads.services` and `admission.advance` with explicit datetimes and
 is checked on what a user sees: Workload and Pod rows, `status.object_status`, Event rows.
 """
 
@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from events.models import Event
 from tests.support import NAMESPACE, at, deployment, job
-from workloads import runtime, services, status
+from workloads import admission, services, status
 from workloads.models import KubeObject, Pod, Workload
 
 JOB_STARTUP = timedelta(minutes=1)
@@ -40,15 +40,15 @@ def running_finetune_and_inference(cluster):
     """
     apply(cluster, deployment(replicas=1), at())
     apply(cluster, job(pods=2, checkpoint_every=10), at())
-    runtime.advance(cluster, at(), at(minutes=15))
+    admission.advance(cluster, at(), at(minutes=15))
 
 
 def test_a_deployment_scaled_past_quota_gates_the_extra_pod_and_its_workload_waits(gpu_queues):
     apply(gpu_queues, deployment(replicas=1), at())
-    runtime.advance(gpu_queues, at(), at(minutes=2))
+    admission.advance(gpu_queues, at(), at(minutes=2))
 
     services.scale(get(gpu_queues, "Deployment", "inference"), 4, at(minutes=2))
-    runtime.advance(gpu_queues, at(minutes=2), at(minutes=5))
+    admission.advance(gpu_queues, at(minutes=2), at(minutes=5))
 
     pods = Pod.objects.filter(owner__name="inference")
     assert sorted(pods.values_list("phase", flat=True)) == [
@@ -86,10 +86,10 @@ def test_a_preempted_job_resumes_from_its_latest_checkpoint_and_counts_the_steps
     running_finetune_and_inference(gpu_queues)
     inference = get(gpu_queues, "Deployment", "inference")
     services.scale(inference, 2, at(minutes=15))
-    runtime.advance(gpu_queues, at(minutes=15), at(minutes=16))
+    admission.advance(gpu_queues, at(minutes=15), at(minutes=16))
 
     services.scale(inference, 1, at(minutes=16))
-    runtime.advance(gpu_queues, at(minutes=16), at(minutes=18))
+    admission.advance(gpu_queues, at(minutes=16), at(minutes=18))
 
     finetune = object_status(gpu_queues, "Job", "finetune")
     assert finetune["phase"] == "Admitted"
@@ -104,7 +104,7 @@ def test_a_job_with_total_steps_finishes_by_itself_and_frees_its_quota(gpu_queue
     apply(gpu_queues, job("next", pods=2), at())
     assert Workload.objects.get(owner__name="next").phase == Workload.Phase.PENDING
 
-    runtime.advance(gpu_queues, at(), at(minutes=30))
+    admission.advance(gpu_queues, at(), at(minutes=30))
 
     short = Workload.objects.get(owner__name="short")
     assert short.phase == Workload.Phase.FINISHED
@@ -133,7 +133,7 @@ def test_deleting_an_object_frees_its_quota_and_admits_the_next_pending_workload
 def test_an_unqueued_deployment_runs_on_nodes_without_any_workload(gpu_queues):
     apply(gpu_queues, deployment("web", replicas=2, queue=None), at())
 
-    runtime.advance(gpu_queues, at(), at(minutes=2))
+    admission.advance(gpu_queues, at(), at(minutes=2))
 
     assert not Workload.objects.exists()
     pods = Pod.objects.filter(owner__name="web")
@@ -164,7 +164,7 @@ def test_an_admitted_pod_that_fits_no_node_stays_pending_and_unbound(gpu_queues)
     # kube-scheduler cannot place.
     apply(gpu_queues, deployment("big", replicas=1, gpus=4), at())
 
-    runtime.advance(gpu_queues, at(), at(minutes=10))
+    admission.advance(gpu_queues, at(), at(minutes=10))
 
     (row,) = Workload.objects.all()
     assert row.phase == Workload.Phase.ADMITTED

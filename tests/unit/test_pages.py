@@ -17,7 +17,7 @@ from teams import services as teams
 from teams.models import Team
 from tests.support import at, deployment, row_counts, tpu_jobset
 from tests.unit.test_tpu_admission import queues as tpu_queues
-from workloads import runtime, services
+from workloads import admission, services
 from workloads.models import ClusterQueue, KubeObject, LocalQueue, ResourceFlavor
 
 CLUSTER = "demo-gpu-cluster"
@@ -194,7 +194,7 @@ def test_tpu_map_draws_cubes_with_sub_and_super_slices(admin):
         tpu_jobset("big", "4x4x8", replicas=1, parallelism=32),
     ):
         services.apply(cluster, text, source="tpu.yaml", now=at(), namespace="llm")
-    runtime.advance(cluster, at(), at(minutes=2))
+    admission.advance(cluster, at(), at(minutes=2))
 
     response = admin.get("/clusters/tpu-cluster/tpu/")
     text = response.content.decode()

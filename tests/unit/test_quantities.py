@@ -114,7 +114,6 @@ def test_formats_canonical_kubernetes_strings(resource, milli, text):
     [
         ("memory", "288Gi"),
         ("cpu", "6"),
-        ("memory", "999999Pi"),
         ("cpu", "500m"),
         ("google.com/tpu", "999999"),
         ("ephemeral-storage", "30Gi"),
@@ -128,3 +127,23 @@ def test_format_inverts_parse_for_canonical_forms(resource, text):
 def test_formats_non_canonical_input_canonically():
     assert format_quantity("memory", parse_quantity("1024Mi", field="f")) == "1Gi"
     assert format_quantity("cpu", parse_quantity("2000m", field="f")) == "2"
+
+
+def test_binary_quantities_past_int64_are_capped_as_apimachinery_does():
+    """GKE's TPU docs set a memory quota of 999999Pi to mean "no limit"; ParseQuantity caps
+    binary-suffixed quantities at 2^63-1, and Kueue counts that."""
+    assert parse_quantity("999999Pi", field="f") == (2**63 - 1) * 1000
+    assert parse_quantity("999999999999999999999Ti", field="f") == (2**63 - 1) * 1000
+    assert format_quantity("memory", parse_quantity("8Ei", field="f")) == str(2**63 - 1)
+
+
+@pytest.mark.parametrize(
+    "value", ["1e308", 1e308, "1e5000", "1e10000000", "9223372036854775808", "1" + "0" * 30 + "E"]
+)
+def test_rejects_decimal_quantities_nothing_could_count(value):
+    with pytest.raises(QuantityError, match="is too large: at most 9223372036854775807"):
+        parse_quantity(value, field="f")
+
+
+def test_unbounded_parsing_reads_sums_past_int64():
+    assert parse_quantity("1" + "0" * 30, field="f", bounded=False) == 10**33

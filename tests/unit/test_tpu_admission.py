@@ -8,7 +8,7 @@ from clusters import services as cluster_services
 from clusters.models import Cluster
 from events.models import Event
 from tests.support import T0, at, tpu_jobset
-from workloads import runtime, services, snapshot
+from workloads import admission, runtime, services, snapshot
 from workloads.models import Pod, Slice, Workload
 
 NAMESPACE = "llm"
@@ -133,7 +133,7 @@ def test_pods_of_an_unqueued_workload_count_as_non_tas_usage(sliced):
 
 def test_pods_of_a_workload_with_a_topology_assignment_are_not_non_tas_usage(sliced):
     apply(sliced, jobset())
-    runtime.advance(sliced, at(), at(seconds=30))
+    admission.advance(sliced, at(), at(seconds=30))
     assert Pod.objects.filter(node__isnull=False).count() == 4
 
     assert snapshot.load(sliced).snapshot.non_tas_usage == {}
@@ -151,7 +151,7 @@ def test_quota_reserved_workload_waits_for_its_slices_without_pods(sliced):
 def test_workload_is_admitted_once_its_slices_are_active(sliced):
     apply(sliced, jobset())
 
-    runtime.advance(sliced, at(), at(seconds=30))
+    admission.advance(sliced, at(), at(seconds=30))
 
     assert Workload.objects.get().phase == Workload.Phase.ADMITTED
     assert set(Slice.objects.values_list("state", flat=True)) == {"ACTIVE"}
@@ -176,7 +176,7 @@ def test_each_sub_slice_holds_the_two_hosts_of_one_2x2x2_partition(sliced):
 
 def test_pods_are_bound_to_exactly_the_assigned_hosts(sliced):
     apply(sliced, jobset())
-    runtime.advance(sliced, at(), at(seconds=30))
+    admission.advance(sliced, at(), at(seconds=30))
 
     row = Workload.objects.get()
     (assignment,) = row.admission["pod_sets"]
@@ -199,7 +199,7 @@ def test_super_slice_is_one_slice_over_both_cubes(sliced):
 
 def test_evicted_workload_loses_its_slices(sliced):
     apply(sliced, jobset())
-    runtime.advance(sliced, at(), at(seconds=30))
+    admission.advance(sliced, at(), at(seconds=30))
     Workload.objects.update(evicting=True, eviction_reason="Preempted")
 
     runtime.stop_evicted(sliced, at(seconds=40))
@@ -210,7 +210,7 @@ def test_evicted_workload_loses_its_slices(sliced):
 
 def test_finished_workload_loses_its_slices(sliced):
     apply(sliced, jobset())
-    runtime.advance(sliced, at(), at(seconds=30))
+    admission.advance(sliced, at(), at(seconds=30))
 
     services.end(services.get_object(sliced, "JobSet", NAMESPACE, "js"), at(60), failed=False)
 
@@ -253,7 +253,7 @@ spec:
 
 def test_each_lws_group_gets_one_slice_holding_its_leader_and_worker(sliced):
     apply(sliced, lws())
-    runtime.advance(sliced, at(), at(seconds=30))
+    admission.advance(sliced, at(), at(seconds=30))
 
     assert Workload.objects.filter(phase=Workload.Phase.ADMITTED).count() == 2
     assert Slice.objects.count() == 2
@@ -264,7 +264,7 @@ def test_each_lws_group_gets_one_slice_holding_its_leader_and_worker(sliced):
 
 def test_scaling_a_lws_down_deletes_the_removed_groups_slice(sliced):
     apply(sliced, lws())
-    runtime.advance(sliced, at(), at(seconds=30))
+    admission.advance(sliced, at(), at(seconds=30))
 
     services.scale(services.get_object(sliced, "LeaderWorkerSet", NAMESPACE, "serve"), 1, at(60))
 
@@ -277,7 +277,7 @@ def test_snapshot_of_a_tas_cluster_runs_a_fixed_number_of_queries(
     sliced, django_assert_num_queries, replicas
 ):
     apply(sliced, jobset(replicas=replicas))
-    runtime.advance(sliced, at(), at(seconds=30))
+    admission.advance(sliced, at(), at(seconds=30))
 
     with django_assert_num_queries(9):
         snapshot.load(sliced)

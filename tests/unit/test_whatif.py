@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import NAMESPACE, at, deployment, job, row_counts
-from workloads import runtime, services
+from workloads import admission, checkpoints, runtime, services
 from workloads.manifests import ManifestError
 from workloads.models import Workload
 from workloads.whatif import whatif
@@ -35,7 +35,7 @@ def training(gpu_queues):
     12:01; at 12:15 it is at step 14 with its latest checkpoint at step 10. Quota: 6/6 GPUs."""
     apply(gpu_queues, deployment(replicas=1), at())
     apply(gpu_queues, job(pods=2, checkpoint_every=10), at())
-    runtime.advance(gpu_queues, at(), at(minutes=15))
+    admission.advance(gpu_queues, at(), at(minutes=15))
     return gpu_queues
 
 
@@ -44,7 +44,7 @@ def test_scaling_serving_would_preempt_the_fine_tune_and_lose_its_steps_since_ch
 ):
     finetune = Workload.objects.select_related("owner").get(owner__name="finetune")
     step = runtime.current_step(finetune, at(minutes=15))
-    checkpoint = runtime.latest_checkpoint_step(finetune)
+    checkpoint = checkpoints.latest_step(finetune)
     assert (step, checkpoint) == (14, 10)
     before = stored_state()
 

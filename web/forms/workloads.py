@@ -46,7 +46,8 @@ class WorkloadFilterForm(forms.Form):
 
 
 class ScaleForm(forms.Form):
-    replicas = forms.IntegerField(min_value=0, max_value=1000)
+    # The upper bound is the setting ACCELPLANE_MAX_REPLICAS, which services.scale applies.
+    replicas = forms.IntegerField(min_value=0)
 
 
 class SubmitForm(forms.Form):

@@ -9,10 +9,9 @@ from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from api.audit import apply_queue_objects, audit, audited_cluster
-from api.serializers import NodePoolSerializer, TeamSerializer
 from clusters import catalog
 from clusters import services as cluster_services
 from clusters.models import Cluster, NodePool
@@ -26,7 +25,8 @@ from web.forms.platform import (
     NodePoolForm,
     TeamForm,
 )
-from web.views.common import chosen_cluster, cluster_named, page, staff_required
+from web.views.common import chosen_cluster, cluster_named, page, signed_in, staff_required
+from workloads import services
 from workloads.manifests import Document, ManifestError
 from workloads.models import QUEUE_MODELS
 
@@ -52,9 +52,7 @@ def new_cluster(request: HttpRequest) -> HttpResponse:
     """Create a cluster; the cluster page then shows the operation until it is RUNNING."""
     form = ClusterForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
-        cluster = cluster_services.create_cluster(**form.cleaned_data)
-        key = f"Cluster/{cluster.name}"
-        audit(request, "created", key, cluster=cluster.name, after=audited_cluster(cluster))
+        cluster = cluster_services.create_cluster(**form.cleaned_data, actor=signed_in(request))
         return redirect("web:cluster", name=cluster.name)
     return _form_page(request, form, "New cluster")
 
@@ -67,14 +65,10 @@ def new_node_pool(request: HttpRequest, name: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            pool = cluster_services.create_node_pool(cluster, **data)
+            cluster_services.create_node_pool(cluster, **data, actor=signed_in(request))
         except catalog.CatalogError as error:  # the form asked the catalog already
             form.add_error(None, str(error))
         else:
-            key = f"NodePool/{cluster.name}/{pool.name}"
-            audit(
-                request, "created", key, cluster=cluster.name, after=NodePoolSerializer(pool).data
-            )
             return redirect("web:cluster", name=cluster.name)
     return _form_page(
         request, form, f"New node pool in {cluster.name}", cluster=cluster, catalog=True
@@ -93,20 +87,14 @@ def node_pool_action(request: HttpRequest, name: str, pool: str) -> HttpResponse
         for errors in form.errors.values():
             messages.error(request, f"node pool {pool}: {' '.join(map(str, errors))}")
         return redirect("web:cluster", name=cluster.name)
-    before = NodePoolSerializer(row).data
+    actor = signed_in(request)
     try:
         if form.cleaned_data["action"] == "delete":
-            row = cluster_services.delete_node_pool(row)
-            done = "deleted"
+            cluster_services.delete_node_pool(row, actor=actor)
         else:
-            row = cluster_services.resize_node_pool(row, form.cleaned_data["node_count"])
-            done = "configured"
+            cluster_services.resize_node_pool(row, form.cleaned_data["node_count"], actor=actor)
     except (cluster_services.Busy, catalog.CatalogError) as error:
         messages.error(request, str(error))
-    else:
-        after = NodePoolSerializer(row).data
-        key = f"NodePool/{cluster.name}/{row.name}"
-        audit(request, done, key, cluster=cluster.name, before=before, after=after)
     return redirect("web:cluster", name=cluster.name)
 
 
@@ -118,13 +106,11 @@ def delete_cluster(request: HttpRequest, name: str) -> HttpResponse:
     if not request.POST.get("confirm"):
         messages.error(request, "tick the box to confirm the deletion")
         return redirect("web:cluster", name=cluster.name)
-    before = audited_cluster(cluster)
     try:
-        cluster_services.delete_cluster(cluster)
+        cluster_services.delete_cluster(cluster, actor=signed_in(request))
     except cluster_services.Busy as error:
         messages.error(request, str(error))
         return redirect("web:cluster", name=cluster.name)
-    audit(request, "deleted", f"Cluster/{cluster.name}", cluster=cluster.name, before=before)
     messages.info(request, f"cluster {cluster.name} is being deleted")
     return redirect("web:platform")
 
@@ -175,7 +161,14 @@ def new_kueue_object(request: HttpRequest, kind: str) -> HttpResponse:
             else yaml.safe_dump(form.manifest(), sort_keys=False)
         )
         try:
-            apply_queue_objects(request, cluster, text, source="form", check=_only_kueue)
+            services.apply(
+                cluster,
+                text,
+                source="form",
+                now=timezone.now(),
+                authorize=_only_kueue,
+                actor=signed_in(request),
+            )
         except ManifestError as error:
             form.add_manifest_error(error)
         else:
@@ -191,12 +184,14 @@ def new_team(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            team = team_services.ensure_team(
-                data["name"], namespaces=data["namespaces"], members=data["members"]
+            team_services.ensure_team(
+                data["name"],
+                namespaces=data["namespaces"],
+                members=data["members"],
+                actor=signed_in(request),
             )
         except team_services.TeamError as error:  # roles are checked by the form
             form.add_error("namespaces", str(error))
         else:
-            audit(request, "created", f"Team/{team.name}", after=TeamSerializer(team).data)
             return redirect("web:platform")
     return _form_page(request, form, "New team")

@@ -7,6 +7,7 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -20,6 +21,12 @@ Parts = dict[str, Callable[[], dict[str, Any]]]
 
 
 caller = request_scope
+
+
+def signed_in(request: HttpRequest) -> User:
+    """The caller of a view that requires a login: the actor its changes are audited under."""
+    assert isinstance(request.user, User)
+    return request.user
 
 
 def staff_required(view: View) -> View:

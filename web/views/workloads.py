@@ -9,17 +9,17 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
-from rest_framework import exceptions as drf
 
-from api.workloads import redact, submission_check
 from teams.models import TeamNamespace
 from teams.services import Scope
+from teams.visibility import redact
 from web import panels
 from web.forms.workloads import ScaleForm, SubmitForm, WorkloadFilterForm
-from web.views.common import caller, page
+from web.views.common import caller, page, signed_in
 from workloads import explain, manifests, services, whatif
 from workloads.models import Checkpoint, KubeObject, Pod, Slice
 from workloads.status import WORKLOAD_KINDS, object_status
+from workloads.tenancy import SubmissionRefused, submission_check
 
 SCALABLE_KINDS = ("Deployment", "LeaderWorkerSet")
 
@@ -162,8 +162,8 @@ def submit(request: HttpRequest) -> HttpResponse:
             context["whatif"] = redact(result, scope)
         except manifests.ManifestError as error:
             form.add_manifest_error(error)
-        except drf.PermissionDenied as error:
-            form.add_error("namespace", str(error.detail))
+        except SubmissionRefused as error:
+            form.add_error("namespace", str(error))
     status = 400 if form.errors else 200
     return page(request, "web/submit.html", {}, context, status=status)
 
@@ -176,6 +176,7 @@ def _apply(request: HttpRequest, scope: Scope, data: dict[str, Any]) -> HttpResp
         now=timezone.now(),
         namespace=data["namespace"],
         authorize=submission_check(scope),
+        actor=signed_in(request),
     )
     keys = [a.key for a in applied]
     first = next((k for k in keys if k.split("/")[0] in WORKLOAD_KINDS), None)

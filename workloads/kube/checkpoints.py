@@ -18,9 +18,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from clusters.models import Cluster
+from workloads import checkpoints
 from workloads.kube.mirror import OWNER_LABELS
 from workloads.models import Checkpoint, Workload
-from workloads.runtime import TRAINING_KINDS, latest_checkpoint_step, record_checkpoint
+from workloads.runtime import TRAINING_KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +51,12 @@ def parse_log(lines: Iterable[str]) -> list[SavedCheckpoint]:
 
 def record_from_log(row: Workload, lines: Iterable[str], at: datetime) -> list[Checkpoint]:
     """Records the checkpoints newer than the owner's latest; a log read twice adds nothing."""
-    latest = latest_checkpoint_step(row)
     recorded = []
     for saved in parse_log(lines):
-        if saved.step > latest:
-            recorded.append(record_checkpoint(row, saved.step, at, saved.path))
-            latest = saved.step
+        try:
+            recorded.append(checkpoints.record(row, saved.step, at, saved.path))
+        except checkpoints.NotNewer:
+            continue
     return recorded
 
 

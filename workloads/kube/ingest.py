@@ -21,10 +21,9 @@ from django.db.models import F
 from clusters.models import Cluster
 from events.models import Event
 from events.services import record_events
-from workloads.admission import admitted_events
-from workloads.history import workload_event_row
+from workloads.checkpoints import latest_step
+from workloads.history import admitted_events, preempted_event_row, workload_event_row
 from workloads.models import KubeObject, KueueWorkloadLink, Workload
-from workloads.runtime import latest_checkpoint_step
 
 # Kueue names the preemptor by UID: "Preempted to accommodate a workload (UID: u, JobUID: j)".
 PREEMPTOR_UID = re.compile(r"\(UID: ([^,)\s]+)")
@@ -177,22 +176,7 @@ def _evict(row: Workload, seen: Observed) -> list[Event]:
     row.preemptions += 1
     KubeObject.objects.filter(pk=row.owner_id).update(preemptions=F("preemptions") + 1)
     preemptor = _preemptor(row.cluster, evicted.message)
-    by = (
-        f"by {preemptor.owner.key} (workload {preemptor.name}, priority {preemptor.priority})"
-        if preemptor
-        else "by a workload Accelplane does not know"
-    )
-    return [
-        workload_event_row(
-            "workload.preempted",
-            row,
-            evicted.at,
-            f"preempted {by}: {row.preemption_reason}",
-            reason=row.preemption_reason,
-            preemptor=preemptor.name if preemptor else "",
-            preemptor_object=preemptor.owner.key if preemptor else "",
-        )
-    ]
+    return [preempted_event_row(row, evicted.at, row.preemption_reason, preemptor)]
 
 
 def _preemptor(cluster: Cluster, message: str) -> Workload | None:
@@ -245,7 +229,7 @@ def _reserve(row: Workload, seen: Observed) -> list[Event]:
     row.parked = row.preempting = row.evicting = False
     row.pending_reason = row.pending_message = row.eviction_reason = ""
     row.admissions += 1
-    step = latest_checkpoint_step(row)
+    step = latest_step(row)
     row.start_step = step
     row.resumed_from_step = step if step and row.admissions > 1 else None
     flavor = _flavor_text(seen.admission)

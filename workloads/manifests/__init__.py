@@ -13,7 +13,12 @@ from workloads.manifests.documents import (
 from workloads.manifests.errors import ManifestError
 from workloads.manifests.kueue import KUEUE_STORAGE_VERSION, queue_spec, render
 from workloads.manifests.podsets import PodSetSpec
-from workloads.manifests.workloads import WorkloadShape, scale, workload_shape
+from workloads.manifests.workloads import (
+    WorkloadShape,
+    check_pods_per_request,
+    scale,
+    workload_shape,
+)
 
 __all__ = [
     "CLUSTER_SCOPED",
@@ -25,6 +30,7 @@ __all__ = [
     "ManifestError",
     "PodSetSpec",
     "WorkloadShape",
+    "check_pods_per_request",
     "load_documents",
     "queue_spec",
     "render",

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from workloads.manifests import limits
 from workloads.manifests.errors import ManifestError
 from workloads.manifests.fields import Fields, join, show
+from workloads.manifests.parsing import objects
 
 _KUEUE_VERSIONS = ("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2")
 QUEUE_KINDS = frozenset(
@@ -99,7 +99,7 @@ def load_documents(
         text = text.replace(old, new)
     documents: list[Document] = []
     seen: dict[str, int] = {}
-    for index, raw in _objects(text, source):
+    for index, raw in objects(text, source):
         doc = _document(raw, source=source, index=index, default_namespace=default_namespace)
         if doc.key in seen:
             raise Fields.of(doc).error(
@@ -114,89 +114,6 @@ def load_documents(
             "no objects to apply (as kubectl says: no objects passed)", source=source
         )
     return documents
-
-
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """YAML as kubectl reads it: timestamps stay strings and duplicate keys are errors.
-
-    libyaml's parser when PyYAML has it (several times faster); the same rules either way."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[str] = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                if key_node.value in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
-                    )
-                seen.add(key_node.value)
-        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
-        return mapping
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def _objects(text: str, source: str) -> Iterator[tuple[int, Any]]:
-    """(1-based document index, parsed object) for each non-empty document or List item."""
-    # kubectl's YAMLOrJSONDecoder sniffs the same way: a leading brace means JSON.
-    if text.lstrip().startswith(("{", "[")):
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ManifestError(
-                f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}",
-                source=source,
-            ) from None
-        yield from _json_objects(parsed, source)
-        return
-    index = 0
-    try:
-        for index, raw in enumerate(yaml.load_all(text, Loader=_Loader), start=1):
-            if raw is None:
-                continue
-            if _is_list(raw):
-                yield from ((index, item) for item in _list_items(raw, source, index))
-            else:
-                yield index, raw
-    except yaml.MarkedYAMLError as error:
-        raise _yaml_error(error, source, index + 1) from None
-    except yaml.YAMLError as error:
-        raise ManifestError(
-            f"is not valid YAML: {error}", source=source, document=index + 1
-        ) from None
-
-
-def _yaml_error(error: yaml.MarkedYAMLError, source: str, index: int) -> ManifestError:
-    mark = error.problem_mark or error.context_mark
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    problem = " ".join(filter(None, (error.context, error.problem)))
-    return ManifestError(f"invalid YAML{where}: {problem}", source=source, document=index)
-
-
-def _json_objects(parsed: Any, source: str) -> Iterator[tuple[int, Any]]:
-    if isinstance(parsed, list):
-        yield from enumerate(parsed, start=1)
-    elif _is_list(parsed):
-        yield from enumerate(_list_items(parsed, source, None), start=1)
-    else:
-        yield 1, parsed
-
-
-def _is_list(raw: Any) -> bool:
-    return isinstance(raw, dict) and raw.get("kind") == "List" and raw.get("apiVersion") == "v1"
-
-
-def _list_items(raw: dict[str, Any], source: str, index: int | None) -> list[Any]:
-    items = raw.get("items") or []
-    if not isinstance(items, list):
-        raise ManifestError(
-            f"{show(items)} is not a list", source=source, document=index, path="items", value=items
-        )
-    return items
 
 
 def _document(raw: Any, *, source: str, index: int, default_namespace: str | None) -> Document:
@@ -240,7 +157,8 @@ def _check_kind(fields: Fields, api_version: str, kind: str) -> None:
 
 
 def _check_json_compatible(fields: Fields, value: Any, path: str) -> None:
-    """The body is stored as JSON: refuse what YAML can say and JSON cannot (e.g. `1: x`)."""
+    """The body is stored as JSON: refuse what YAML can say and JSON cannot (e.g. `1: x`),
+    and what Python's JSON reads but Kubernetes does not store (NaN, 1e400, 2**64)."""
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
@@ -252,8 +170,22 @@ def _check_json_compatible(fields: Fields, value: Any, path: str) -> None:
     elif isinstance(value, list):
         for i, item in enumerate(value):
             _check_json_compatible(fields, item, join(path, i))
-    elif isinstance(value, str) and "\x00" in value:
-        # JSON can escape it, but neither Kubernetes nor PostgreSQL stores it.
-        raise fields.error(path, value, "contains a NUL character (\\u0000)")
+    elif isinstance(value, str):
+        _check_text(fields, value, path)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise fields.error(path, value, f"{value} is not a finite number")
+    elif isinstance(value, int) and not limits.INT64_MIN <= value <= limits.INT64_MAX:
+        raise fields.error(path, str(value), "is out of range for a 64-bit integer")
     elif not isinstance(value, str | int | float | bool) and value is not None:
         raise fields.error(path, value, f"{show(value)} cannot be represented in JSON")
+
+
+def _check_text(fields: Fields, value: str, path: str) -> None:
+    if "\x00" in value:
+        # JSON can escape it, but neither Kubernetes nor PostgreSQL stores it.
+        raise fields.error(path, value, "contains a NUL character (\\u0000)")
+    try:
+        value.encode()
+    except UnicodeEncodeError as error:  # JSON's "\ud800": half a character, not text
+        shown = value.encode(errors="backslashreplace").decode()
+        raise fields.error(path, shown, f"is not valid Unicode ({error.reason})") from None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from workloads.manifests.errors import ManifestError
+from workloads.manifests.limits import MAX_ANNOTATIONS_BYTES
 from workloads.quantities import QuantityError, parse_quantity
 
 if TYPE_CHECKING:
@@ -72,6 +73,10 @@ def label_key_problem(key: str, noun: str = "label key") -> str | None:
             "'-', '_' or '.', starting and ending with a letter or digit"
         )
     return None
+
+
+def _utf8_length(text: str) -> int:
+    return len(text.encode(errors="surrogatepass"))  # JSON may carry "\ud800": checked later
 
 
 def label_value_problem(value: str) -> str | None:
@@ -227,6 +232,11 @@ class Fields:
             problem = label_key_problem(k, "annotation key")
             if problem:
                 raise self.error(join(path, k), k, problem)
+        size = sum(_utf8_length(k) + _utf8_length(v) for k, v in value.items())
+        if size > MAX_ANNOTATIONS_BYTES:
+            raise self.error(
+                path, size, f"{size} bytes in all; annotations may total {MAX_ANNOTATIONS_BYTES}"
+            )
         return value
 
     def integer(

@@ -7,10 +7,13 @@ Deployment via the pod integration): kueue-semantics.md sections 1 and 14.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from django.conf import settings
+
+from workloads.manifests import limits
 from workloads.manifests.documents import Document
 from workloads.manifests.fields import INT32_MAX, Fields, join, label_key_problem
 from workloads.manifests.podsets import PodSetSpec, pod_set
@@ -73,6 +76,20 @@ def workload_shape(doc: Document) -> WorkloadShape | None:
     )
 
 
+def check_pods_per_request(shapes: Iterable[tuple[Document, WorkloadShape]]) -> None:
+    """Refuse a request whose objects make more than ACCELPLANE_MAX_PODS_PER_REQUEST pods."""
+    total = 0
+    for doc, shape in shapes:
+        total += shape.replicas * sum(p.count for p in shape.pod_sets)
+        if total > settings.ACCELPLANE_MAX_PODS_PER_REQUEST:
+            raise Fields.of(doc).error(
+                None,
+                total,
+                f"brings the request to {total} pods; one request may make at most "
+                f"{settings.ACCELPLANE_MAX_PODS_PER_REQUEST}",
+            )
+
+
 def scale(doc: Document, replicas: int) -> dict[str, Any]:
     """`kubectl scale`: the body with spec.replicas changed (Deployment, LeaderWorkerSet)."""
     fields = Fields.of(doc)
@@ -82,7 +99,9 @@ def scale(doc: Document, replicas: int) -> dict[str, Any]:
             replicas,
             f"{doc.kind} cannot be scaled; only {' and '.join(SCALABLE_KINDS)} can",
         )
-    fields.integer({"replicas": replicas}, "replicas", "spec")
+    fields.integer(
+        {"replicas": replicas}, "replicas", "spec", maximum=settings.ACCELPLANE_MAX_REPLICAS
+    )
     body = copy.deepcopy(doc.body)
     spec = fields.mapping(body, "spec", "", required=True)
     spec["replicas"] = replicas
@@ -106,9 +125,36 @@ def _sim_annotations(fields: Fields, annotations: Mapping[str, str]) -> dict[str
 
 def job_pod_count(fields: Fields, job_spec: Mapping[str, Any], base: str) -> int:
     """Kueue's podsCount: parallelism (default 1), capped by completions when set."""
-    parallelism = fields.integer(job_spec, "parallelism", base, default=1)
-    completions = fields.optional_integer(job_spec, "completions", base)
-    return parallelism if completions is None else min(parallelism, completions)
+    indexed = job_spec.get("completionMode") == "Indexed"
+    parallelism = fields.integer(
+        job_spec,
+        "parallelism",
+        base,
+        default=1,
+        maximum=limits.MAX_INDEXED_JOB_PARALLELISM if indexed else INT32_MAX,
+    )
+    completions = fields.optional_integer(
+        job_spec,
+        "completions",
+        base,
+        maximum=limits.MAX_INDEXED_JOB_COMPLETIONS if indexed else INT32_MAX,
+    )
+    count = parallelism if completions is None else min(parallelism, completions)
+    field = "parallelism" if completions is None or parallelism <= completions else "completions"
+    _check_pods(fields, join(base, field), count, count)
+    return count
+
+
+def _check_pods(fields: Fields, path: str, value: int, pods: int) -> None:
+    """Refuse an object of more than ACCELPLANE_MAX_PODS_PER_OBJECT pods: the simulator builds
+    each one, in the request that applies or scales it."""
+    limit = settings.ACCELPLANE_MAX_PODS_PER_OBJECT
+    if pods > limit:
+        raise fields.error(
+            path,
+            value,
+            f"makes {pods} pods; an object may have at most {limit}",
+        )
 
 
 def _job(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
@@ -142,7 +188,8 @@ def _min_parallelism(fields: Fields, doc: Document, count: int) -> int | None:
 
 
 def _deployment(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
-    replicas = fields.integer(spec, "replicas", "spec", default=1)
+    replicas = _replicas(fields, spec, "spec")
+    _check_pods(fields, "spec.replicas", replicas, replicas)
     template = fields.mapping(spec, "template", "spec", required=True)
     # Kueue's pod integration: every replica pod is its own single-pod Workload.
     return replicas, True, [pod_set(fields, template, "spec.template", name="main", count=1)]
@@ -154,14 +201,14 @@ def _jobset(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
         name = fields.name(fields.string(job, "name", path), join(path, "name"), "label")
         if any(p.name == name for p in pod_sets):
             raise fields.error(join(path, "name"), name, f"replicatedJob {name!r} appears twice")
-        replicas = fields.integer(job, "replicas", path, default=1)
+        replicas = _replicas(fields, job, path)
         template = fields.mapping(job, "template", path, required=True)
         job_path = join(join(path, "template"), "spec")
         job_spec = fields.mapping(template, "spec", join(path, "template"), required=True)
         per_job = job_pod_count(fields, job_spec, job_path)
         count = replicas * per_job
-        if count > INT32_MAX:
-            raise fields.error(join(path, "replicas"), replicas, f"{count} pods is too many")
+        pods = count + sum(p.count for p in pod_sets)
+        _check_pods(fields, join(path, "replicas"), replicas, pods)
         pod_template = fields.mapping(job_spec, "template", job_path, required=True)
         template_path = join(job_path, "template")
         built = pod_set(
@@ -201,10 +248,12 @@ def _exclusive(built: PodSetSpec, key: str | None, group_pods: int | None) -> Po
 
 
 def _leader_worker_set(fields: Fields, doc: Document, spec: Mapping[str, Any]) -> _Built:
-    replicas = fields.integer(spec, "replicas", "spec", default=1)
+    replicas = _replicas(fields, spec, "spec")
     base = "spec.leaderWorkerTemplate"
     group = fields.mapping(spec, "leaderWorkerTemplate", "spec", required=True)
     size = fields.integer(group, "size", base, default=1, minimum=1)
+    _check_pods(fields, join(base, "size"), size, size)
+    _check_pods(fields, "spec.replicas", replicas, replicas * size)
     worker = fields.mapping(group, "workerTemplate", base, required=True)
     worker_path = join(base, "workerTemplate")
     leader = fields.optional_mapping(group, "leaderTemplate", base)
@@ -225,6 +274,12 @@ def _leader_worker_set(fields: Fields, doc: Document, spec: Mapping[str, Any]) -
     )
     pod_sets = [leaders, workers] if size > 1 else [leaders]
     return replicas, True, [_exclusive(p, key, None) for p in pod_sets]
+
+
+def _replicas(fields: Fields, spec: Mapping[str, Any], base: str) -> int:
+    return fields.integer(
+        spec, "replicas", base, default=1, maximum=settings.ACCELPLANE_MAX_REPLICAS
+    )
 
 
 def _slice_group(leader: Mapping[str, Any], worker: Mapping[str, Any]) -> str | None:

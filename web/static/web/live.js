@@ -12,6 +12,8 @@
 
   const WORKLOAD_KINDS = ["Job/", "JobSet/", "Deployment/", "LeaderWorkerSet/"];
   const FEED_LIMIT = 200;
+  // Not signed in, or no longer (logout, revoked access): api/consumers.py, docs/api.md.
+  const SIGNED_OUT = 4401;
   let lastSeq = Number(document.body.dataset.after || 0);
   let retryDelay = 500;
   const pending = new Map(); // fragment name or row key -> timer
@@ -145,7 +147,7 @@
       }
     });
     socket.addEventListener("close", (close) => {
-      if (close.code === 4401) {
+      if (close.code === SIGNED_OUT) {
         setStatus("offline", "signed out");
         return;
       }
