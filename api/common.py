@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from clusters.models import Cluster
 from teams.services import request_scope
+from workloads import targets
 
 
 class Conflict(APIException):
@@ -46,6 +47,28 @@ def cluster_from(request: Request) -> Cluster:
     if len(clusters) > 1:
         raise ValidationError({"cluster": ["several clusters exist; pass ?cluster=NAME"]})
     return clusters[0]
+
+
+def cluster_for_manifests(request: Request, text: str) -> Cluster:
+    """`?cluster=NAME`; without it the only cluster or, once several exist, the one cluster
+    holding every LocalQueue the manifests' queue-name labels name (docs/api.md)."""
+    if request.query_params.get("cluster") or Cluster.objects.count() < 2:
+        return cluster_from(request)
+    choice = targets.clusters_holding_queues(
+        text, source="request", namespace=request.query_params.get("namespace") or None
+    )
+    if len(choice.clusters) == 1:
+        return choice.clusters[0]
+    caller = request_scope(request)
+    queues = ", ".join(choice.queues)
+    if not choice.queues or not all(caller.can_read(q.split("/")[0]) for q in choice.queues):
+        problem = "several clusters exist and the manifests name no LocalQueue of yours"
+    elif choice.clusters:
+        names = ", ".join(c.name for c in choice.clusters)
+        problem = f"several clusters hold LocalQueue {queues} ({names})"
+    else:
+        problem = f"no cluster holds LocalQueue {queues}"
+    raise ValidationError({"cluster": [f"{problem}; pass ?cluster=NAME"]})
 
 
 def require_write(request: Request, namespace: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import yaml
-from django.db.models import QuerySet
+from django.db.models import Count, Prefetch, QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -53,7 +53,9 @@ class ClusterViewSet(
     mixins.UpdateModelMixin,
     viewsets.GenericViewSet[Cluster],
 ):
-    queryset = Cluster.objects.prefetch_related("node_pools").order_by("id")
+    queryset = Cluster.objects.prefetch_related(
+        Prefetch("node_pools", queryset=NodePool.objects.annotate(node_total=Count("nodes")))
+    ).order_by("id")
     serializer_class = s.ClusterSerializer
     permission_classes = [IsAdminOrReadOnly]
     # PATCH replaces a cluster's credentials (or resizes a pool); there is nothing to PUT.
@@ -98,7 +100,7 @@ class ClusterViewSet(
         """A cluster's node pools; POST creates one (provisioned by a worker, watch its events)."""
         cluster = self.get_object()
         if request.method == "GET":
-            pools = cluster.node_pools.prefetch_related("nodes").order_by("name")
+            pools = cluster.node_pools.annotate(node_total=Count("nodes")).order_by("name")
             return Response(s.NodePoolSerializer(pools, many=True).data)
         body = s.NodePoolSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -299,7 +301,8 @@ class TeamViewSet(viewsets.ModelViewSet[Team]):
     def get_queryset(self) -> QuerySet[Team]:
         if getattr(self, "swagger_fake_view", False):
             return Team.objects.none()
-        teams = Team.objects.prefetch_related("namespaces").order_by("name")
+        teams = Team.objects.prefetch_related("namespaces", team_services.prefetch_members())
+        teams = teams.order_by("name")
         if self.request.user.is_staff:
             return teams
         return teams.filter(memberships__user=signed_in(self.request))

@@ -170,7 +170,8 @@ class NodePoolSerializer(serializers.ModelSerializer[NodePool]):
         validators: list[Any] = []
 
     def get_nodes(self, pool: NodePool) -> int:
-        return pool.nodes.count()
+        counted: int | None = getattr(pool, "node_total", None)  # annotated by list queries
+        return pool.nodes.count() if counted is None else counted
 
 
 class NodePoolResizeSerializer(serializers.Serializer[Any]):

@@ -29,6 +29,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("v1/events", events.EventList.as_view(), name="events"),
     path("v1/me", platform.Me.as_view(), name="me"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    # Swagger UI with a way back to the web UI (templates/api/swagger_ui.html).
+    path(
+        "docs/",
+        SpectacularSwaggerView.as_view(url_name="schema", template_name="api/swagger_ui.html"),
+        name="docs",
+    ),
 ]
 urlpatterns.append(path("v1/", include(router.urls)))

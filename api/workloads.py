@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import serializers as s
-from api.common import Conflict, cluster_from, now, require_write, signed_in
+from api.common import Conflict, cluster_for_manifests, now, require_write, signed_in
 from api.events import event_page
 from api.parsers import MANIFEST_PARSERS, manifest_text
 from events.models import Event
@@ -31,7 +31,10 @@ from workloads.status import WORKLOAD_KINDS
 from workloads.tenancy import submission_check
 
 CLUSTER_PARAM = OpenApiParameter(
-    "cluster", str, description="Cluster name; optional while there is only one cluster"
+    "cluster",
+    str,
+    description="Cluster name; without it, the only cluster, or the one cluster holding every "
+    "LocalQueue the manifests' `kueue.x-k8s.io/queue-name` labels name",
 )
 NAMESPACE_PARAM = OpenApiParameter(
     "namespace",
@@ -117,10 +120,11 @@ class WorkloadViewSet(
         "validated and authorized before anything is stored. 201 when something was created.",
     )
     def create(self, request: Request) -> Response:
-        cluster = cluster_from(request)
+        text = manifest_text(request)
+        cluster = cluster_for_manifests(request, text)
         applied = services.apply(
             cluster,
-            manifest_text(request),
+            text,
             source="request",
             now=now(),
             namespace=request.query_params.get("namespace") or None,
@@ -244,10 +248,11 @@ class WhatIfViewSet(viewsets.ViewSet):
         responses=OpenApiResponse(OpenApiTypes.OBJECT),
     )
     def create(self, request: Request) -> Response:
-        cluster = cluster_from(request)
+        text = manifest_text(request)
+        cluster = cluster_for_manifests(request, text)
         result = whatif.whatif(
             cluster,
-            manifest_text(request),
+            text,
             "request",
             now(),
             namespace=request.query_params.get("namespace") or None,

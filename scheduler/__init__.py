@@ -8,6 +8,7 @@ PodSet in a Topology as Kueue's Topology Aware Scheduling does (not yet used by 
 
 from scheduler.cycle import schedule
 from scheduler.model import (
+    PODS,
     Admission,
     Admit,
     ClusterQueue,
@@ -36,6 +37,7 @@ from scheduler.model import (
     Victim,
     Workload,
     assignment_usage,
+    pod_set_request,
 )
 from scheduler.placement import Node, Pod, place
 from scheduler.topology import (
@@ -63,6 +65,7 @@ __all__ = [
     "FlavorResource",
     "FungibilityPolicy",
     "Node",
+    "PODS",
     "NodeSelectorRequirement",
     "Pending",
     "PendingReason",
@@ -92,6 +95,7 @@ __all__ = [
     "find_assignment",
     "place",
     "place_workload",
+    "pod_set_request",
     "request_from_annotations",
     "schedule",
 ]

@@ -161,15 +161,16 @@ class _Run:
         self.queues = _Queues(eligible, dict(snapshot.cluster_queues))
 
     def _queue_problem(self, workload: Workload) -> Pending | None:
+        """Kueue `WorkloadReconciler.getQueueBlocker`: reasons and messages as it writes them."""
         name = workload.cluster_queue
         if name is None:
             return Pending(
-                workload.key, PendingReason.MISSING_QUEUE, "LocalQueue doesn't exist", False
+                workload.key, PendingReason.MISCONFIGURED, "LocalQueue doesn't exist", False
             )
         cq = self.state.cluster_queues.get(name)
         if cq is None:
             message = f"ClusterQueue {name} doesn't exist"
-            return Pending(workload.key, PendingReason.INACTIVE_CLUSTER_QUEUE, message, False)
+            return Pending(workload.key, PendingReason.MISCONFIGURED, message, False)
         if not cq.active:
             message = f"ClusterQueue {name} is inactive"
             return Pending(workload.key, PendingReason.INACTIVE_CLUSTER_QUEUE, message, False)

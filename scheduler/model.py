@@ -18,6 +18,10 @@ if TYPE_CHECKING:  # topology.py imports this module; these names are only annot
 FlavorResource = tuple[str, str]
 """(ResourceFlavor name, resource name): the unit in which Kueue accounts quota."""
 
+PODS = "pods"
+POD = 1000
+"""One pod of the `pods` resource, in milli-units."""
+
 
 class QueueingStrategy(StrEnum):
     BEST_EFFORT_FIFO = "BestEffortFIFO"
@@ -206,6 +210,15 @@ class Workload:
         return assignment_usage(self.pod_sets, self.admission.pod_sets)
 
 
+def pod_set_request(requests: Mapping[str, int], resource: str, count: int) -> int:
+    """What `count` pods asking `requests` each take of `resource`. A ClusterQueue that
+    covers `pods` counts one per pod (Kueue `flavorassigner.assignFlavors` sets the PodSet's
+    `pods` request to its count)."""
+    if resource == PODS:
+        return count * POD
+    return requests.get(resource, 0) * count
+
+
 def assignment_usage(
     pod_sets: tuple[PodSet, ...], assignments: tuple[PodSetAssignment, ...]
 ) -> dict[FlavorResource, int]:
@@ -214,7 +227,7 @@ def assignment_usage(
     for assignment in assignments:
         pod_set = by_name[assignment.name]
         for resource, flavor in assignment.flavors.items():
-            amount = pod_set.requests.get(resource, 0) * assignment.count
+            amount = pod_set_request(pod_set.requests, resource, assignment.count)
             usage[(flavor, resource)] = usage.get((flavor, resource), 0) + amount
     return usage
 
@@ -249,8 +262,10 @@ class PendingReason(StrEnum):
     SKIPPED = "Skipped"
     BLOCKED_BY_HEAD = "BlockedByHead"
     NOT_HEAD = "NotHead"
-    INACTIVE_CLUSTER_QUEUE = "ClusterQueueInactive"
-    MISSING_QUEUE = "LocalQueueNotFound"
+    MISCONFIGURED = "Misconfigured"
+    """Its LocalQueue or their ClusterQueue does not exist (Kueue `getQueueBlocker`)."""
+    INACTIVE_CLUSTER_QUEUE = "Suspended"
+    """Its ClusterQueue is inactive (stopPolicy, a missing AdmissionCheck): `getQueueBlocker`."""
     LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -21,6 +21,8 @@ from teams.models import ApiToken, Membership, Team, TeamNamespace
 TOKEN_PREFIX = "apl_"
 # Writing last_used_at on every request would turn each read into a write.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+# Where `prefetch_members` puts a listed team's members (with their users).
+MEMBERS_PREFETCHED = "prefetched_members"
 
 
 class TeamError(ValueError):
@@ -146,15 +148,21 @@ def delete_team(team: Team, *, actor: User | None = None) -> None:
     record_audit(actor, "deleted", f"Team/{before['name']}", before=before)
 
 
+def prefetch_members() -> Prefetch[str, QuerySet[Membership], str]:
+    """For a list of teams shown with `audited_team`: their members in one query."""
+    queryset = Membership.objects.select_related("user")
+    return Prefetch("memberships", queryset=queryset, to_attr=MEMBERS_PREFETCHED)
+
+
 def audited_team(team: Team) -> dict[str, Any]:
     """A team as the API and its audit events show it."""
+    members = getattr(team, MEMBERS_PREFETCHED, None)
+    if members is None:
+        members = team.memberships.select_related("user")
     return {
         "id": team.pk,
         "name": team.name,
         "namespaces": [n.name for n in team.namespaces.all()],
-        "members": [
-            {"username": m.user.username, "role": m.role}
-            for m in team.memberships.select_related("user")
-        ],
+        "members": [{"username": m.user.username, "role": m.role} for m in members],
         "created_at": json_time(team.created_at),
     }

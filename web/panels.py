@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
-from decimal import Decimal
 from typing import Any
 
 from clusters.catalog import GPU_RESOURCE, LABEL_TPU_SLICE, TPU_RESOURCE
@@ -18,7 +17,7 @@ from teams.models import TeamNamespace
 from teams.services import Scope
 from teams.visibility import shown_events, visible_events
 from workloads.models import ClusterQueue, KubeObject, Pod, Slice, Workload
-from workloads.quantities import parse_quantity
+from workloads.quantities import format_quantity, parse_quantity
 from workloads.status import cluster_queue_usages
 
 ACCELERATORS = ((GPU_RESOURCE, "GPUs"), (TPU_RESOURCE, "TPU chips"))
@@ -63,18 +62,28 @@ def _percent(part: float, whole: float) -> float:
 
 def accelerator_totals(cluster: Cluster) -> list[dict[str, Any]]:
     """Per accelerator resource the cluster has: chips on ready nodes, held by bound pods, free."""
-    total: dict[str, int] = defaultdict(int)
-    for allocatable in Node.objects.filter(cluster=cluster, ready=True).values_list(
-        "allocatable", flat=True
+    return accelerator_totals_by_cluster([cluster])[cluster.pk]
+
+
+def accelerator_totals_by_cluster(clusters: Iterable[Cluster]) -> dict[int, list[dict[str, Any]]]:
+    """`accelerator_totals` of each cluster by pk, in two queries however many clusters."""
+    ids = [cluster.pk for cluster in clusters]
+    total: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for cluster_id, allocatable in Node.objects.filter(cluster_id__in=ids, ready=True).values_list(
+        "cluster_id", "allocatable"
     ):
         for resource, _ in ACCELERATORS:
-            total[resource] += allocatable.get(resource, 0)
-    used: dict[str, int] = defaultdict(int)
-    for scheduling in Pod.objects.filter(
-        cluster=cluster, node__isnull=False, phase__in=BOUND_PHASES
-    ).values_list("scheduling", flat=True):
+            total[cluster_id][resource] += allocatable.get(resource, 0)
+    used: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for cluster_id, scheduling in Pod.objects.filter(
+        cluster_id__in=ids, node__isnull=False, phase__in=BOUND_PHASES
+    ).values_list("cluster_id", "scheduling"):
         for resource, _ in ACCELERATORS:
-            used[resource] += scheduling.get("requests", {}).get(resource, 0)
+            used[cluster_id][resource] += scheduling.get("requests", {}).get(resource, 0)
+    return {pk: _accelerator_rows(total[pk], used[pk]) for pk in ids}
+
+
+def _accelerator_rows(total: dict[str, int], used: dict[str, int]) -> list[dict[str, Any]]:
     rows = []
     for resource, label in ACCELERATORS:
         if total[resource]:
@@ -229,31 +238,26 @@ def _host_groups(
     return [{"name": name, "hosts": hosts} for name, hosts in sorted(groups.items())]
 
 
-def _amount(resource: str, value: str | None) -> float:
-    """A Kubernetes quantity string as a count (cores, GPUs, chips) or GiB for bytes."""
-    if value is None:
-        return 0.0
-    # Unbounded: these are sums, and rows stored before quantities were bounded may be huge;
-    # via Decimal, a value past float's range becomes inf instead of an OverflowError.
-    milli = parse_quantity(value, field=resource, bounded=False)
-    unit = 2**30 if resource in ("memory", "ephemeral-storage") else 1
-    return float(Decimal(milli).scaleb(-3) / unit)
+def _milli(resource: str, value: str | None) -> int:
+    # Unbounded: these are sums, and rows stored before quantities were bounded may be huge.
+    return 0 if value is None else parse_quantity(value, field=resource, bounded=False)
 
 
 def _bar(resource: dict[str, Any]) -> dict[str, Any]:
+    """The row's quantities stay Kubernetes strings (the `quantity` filter shows them); the
+    segments are in exact milli-units, so a `999999Pi` quota neither overflows nor rounds."""
     name = resource["resource"]
-    nominal = _amount(name, resource["nominal"])
-    used = _amount(name, resource["used"])
-    borrowed = _amount(name, resource["borrowed"])
-    pending = _amount(name, resource["pending"])
-    lending_limit = resource["lending_limit"]
-    lendable = max(0.0, nominal - used)
-    if lending_limit is not None:
-        lendable = min(lendable, _amount(name, lending_limit))
-    scale = max(nominal, used, nominal + pending, used + pending) or 1.0
+    nominal = _milli(name, resource["nominal"])
+    used = _milli(name, resource["used"])
+    borrowed = _milli(name, resource["borrowed"])
+    pending = _milli(name, resource["pending"])
+    lendable = max(0, nominal - used)
+    if resource["lending_limit"] is not None:
+        lendable = min(lendable, _milli(name, resource["lending_limit"]))
+    scale = max(nominal, used, nominal + pending, used + pending) or 1
     return {
         **resource,
-        "lendable": resource["nominal"] if lendable == nominal else _shown(name, lendable),
+        "lendable": format_quantity(name, lendable),
         "segments": {
             "used": _percent(used - borrowed, scale),
             "borrowed": _percent(borrowed, scale),
@@ -261,11 +265,6 @@ def _bar(resource: dict[str, Any]) -> dict[str, Any]:
             "nominal": _percent(nominal, scale),
         },
     }
-
-
-def _shown(resource: str, amount: float) -> str:
-    text = f"{amount:g}"
-    return f"{text}Gi" if resource in ("memory", "ephemeral-storage") else text
 
 
 def queue_bars(cluster: Cluster) -> list[dict[str, Any]]:

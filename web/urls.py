@@ -8,6 +8,7 @@ from web.views import admin, platform, workloads
 app_name = "web"
 urlpatterns = [
     path("", platform.overview, name="overview"),
+    path("favicon.ico", platform.favicon, name="favicon"),
     path("login/", auth.LoginView.as_view(template_name="web/login.html"), name="login"),
     path("logout/", auth.LogoutView.as_view(next_page="web:login"), name="logout"),
     path("clusters/<slug:name>/", platform.cluster_detail, name="cluster"),

@@ -30,7 +30,6 @@ from workloads.manifests.fields import Fields
 from workloads.models import (
     QUEUE_MODELS,
     KubeObject,
-    LocalQueue,
     Pod,
     PriorityClass,
     Workload,
@@ -54,6 +53,8 @@ SIM_FIELDS = (
     ("checkpoint_every", "checkpoint-every", "checkpointEvery"),
 )
 SIM_DEFAULTS = {"startup": 30.0, "step_time": 10.0, "total_steps": 0, "checkpoint_every": 100}
+# Kueue's DefaultWorkloadPriorityClassName (pkg/controller/constants).
+DEFAULT_WORKLOAD_PRIORITY_CLASS = "default"
 
 
 class ObjectNotFound(LookupError):
@@ -169,21 +170,12 @@ class _Lookups:
             (o.kind, o.namespace, o.name): o
             for o in KubeObject.objects.filter(cluster=cluster, name__in=names)
         }
-        self._queues: set[tuple[str, str]] | None = None
         self._priorities: dict[tuple[str, str], int] | None = None
         self._default: tuple[int, str] | None = None
 
     def changed(self, kind: str) -> None:
-        if kind == "LocalQueue":
-            self._queues = None
         if kind in ("WorkloadPriorityClass", "PriorityClass"):
             self._priorities = self._default = None
-
-    def has_local_queue(self, namespace: str, name: str) -> bool:
-        if self._queues is None:
-            queues = LocalQueue.objects.filter(cluster=self.cluster)
-            self._queues = set(queues.values_list("namespace", "name"))
-        return (namespace, name) in self._queues
 
     def priority(self, kind: str, name: str) -> int | None:
         if self._priorities is None:
@@ -232,8 +224,6 @@ def _apply_one(
     if existing is not None and existing.manifest == doc.body:
         return Applied(doc.key, "unchanged", existing.pk)
     sim = _simulation(doc, plan.shape, simulation.get(doc.key, {}))
-    if plan.shape is not None and plan.shape.queue_name:
-        _check_queue(lookups, doc, plan.shape)
     if existing is None:
         obj = KubeObject.objects.create(
             cluster=cluster,
@@ -325,20 +315,11 @@ def _queue_columns(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _check_queue(lookups: _Lookups, doc: Document, shape: WorkloadShape) -> None:
-    assert shape.queue_name is not None
-    if not lookups.has_local_queue(doc.namespace or "", shape.queue_name):
-        raise Fields.of(doc).error(
-            "metadata.labels[kueue.x-k8s.io/queue-name]",
-            shape.queue_name,
-            f"LocalQueue {shape.queue_name!r} does not exist in namespace {doc.namespace!r}",
-        )
-
-
 def _simulation(
     doc: Document, shape: WorkloadShape | None, override: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Scenario entry, else sim.accelplane.dev annotations, else defaults (FORMAT.md)."""
+    """Scenario entry, else the manifest's own checkpoint cadence (env, --save_steps), else
+    sim.accelplane.dev annotations, else defaults (docs/scenarios.md)."""
     from_annotations = shape.sim if shape else {}
     sim: dict[str, Any] = dict(SIM_DEFAULTS)
     startup_probe = max((p.startup_seconds for p in shape.pod_sets), default=0) if shape else 0
@@ -346,6 +327,8 @@ def _simulation(
     for field, annotation, _ in SIM_FIELDS:
         if annotation in from_annotations:
             sim[field] = _sim_value(field, from_annotations[annotation], doc, annotation)
+    if shape is not None and shape.checkpoint_steps is not None:
+        sim["checkpoint_every"] = shape.checkpoint_steps
     by_scenario_key = {key: field for field, _, key in SIM_FIELDS}
     for key, value in override.items():
         field = by_scenario_key.get(key, key)
@@ -384,7 +367,15 @@ def _only_replicas_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bo
 
 
 def _priority(lookups: _Lookups, doc: Document, shape: WorkloadShape) -> tuple[int, str]:
-    """Kueue's order: WorkloadPriorityClass label, pod PriorityClass, global default, 0."""
+    """Kueue's order: WorkloadPriorityClass label, else the WorkloadPriorityClass `default`,
+    pod PriorityClass, global default, 0."""
+    if not shape.priority_class:
+        # Kueue's webhooks label the object with the WorkloadPriorityClass `default` when it
+        # exists (gate WorkloadPriorityClassDefaulting, beta and on: jobframework
+        # `ApplyDefaultWorkloadPriorityClass`).
+        value = lookups.priority("WorkloadPriorityClass", DEFAULT_WORKLOAD_PRIORITY_CLASS)
+        if value is not None:
+            return value, DEFAULT_WORKLOAD_PRIORITY_CLASS
     sources = (
         (
             "WorkloadPriorityClass",
@@ -601,8 +592,10 @@ def delete_queue_object(
     now: datetime,
     *,
     actor: User | None = None,
+    admit: Admit = Admit.AS_CONFIGURED,
 ) -> None:
-    """Delete a Kueue object, unless something still needs it (Kueue's finalizers, in effect)."""
+    """Delete a Kueue object, unless something still needs it (Kueue's finalizers, in effect).
+    Admission then runs at `now` as `admit` says."""
     model = QUEUE_MODELS[kind]
     lookup: dict[str, Any] = {"cluster": cluster, "name": name}
     if model.NAMESPACED:
@@ -630,6 +623,7 @@ def delete_queue_object(
         )
         record_audit(actor, "deleted", row.key, cluster=cluster.name, before=_rendered(row))
         runtime.unpark(cluster)
+    _admit(cluster, now, admit)
 
 
 def _still_needed(cluster: Cluster, row: Any) -> str | None:
@@ -637,9 +631,8 @@ def _still_needed(cluster: Cluster, row: Any) -> str | None:
     if row.KIND == "ClusterQueue":
         holding = active.filter(cluster_queue_name=row.name, phase__in=Workload.HOLDING_QUOTA)
         return f"still holds quota for {holding.count()} workloads" if holding.exists() else None
-    if row.KIND == "LocalQueue":
-        queued = active.filter(namespace=row.namespace, queue_name=row.name)
-        return f"still has {queued.count()} active workloads" if queued.exists() else None
+    # No LocalQueue rule: Kueue puts no finalizer on LocalQueues. Its admitted workloads keep
+    # their quota; its pending ones wait, Misconfigured, until it is applied again.
     if row.KIND in ("ResourceFlavor", "AdmissionCheck"):
         field = "flavors" if row.KIND == "ResourceFlavor" else "admission_checks"
         users = [

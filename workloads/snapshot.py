@@ -36,7 +36,7 @@ class ClusterSnapshot:
     pending_state: dict[str, tuple[str, str, bool]]
     """Stored (reason, message, parked) of pending workloads, to write only what changed."""
     held: list[s.Pending]
-    """Pending workloads of stopped LocalQueues: never given to the scheduler."""
+    """Pending workloads of stopped or missing LocalQueues: never given to the scheduler."""
 
     def fetch(self, keys: Iterable[str]) -> dict[str, Workload]:
         """The rows behind some scheduler keys, owners loaded, in one query."""
@@ -259,7 +259,8 @@ def _workloads(
     stopped: set[tuple[str, str]],
     heads_per_queue: int,
 ) -> tuple[list[s.Workload], dict[str, int], dict[str, tuple[str, str, bool]], list[s.Pending]]:
-    """Scheduler workloads; pending ones of a stopped LocalQueue (stopPolicy) are held back."""
+    """Scheduler workloads; pending ones of a stopped (stopPolicy) or missing LocalQueue are
+    held back until it is started or applied."""
     workloads, ids, pending_state, held = [], {}, {}, []
     rows = _active_rows(cluster, heads_per_queue).annotate(
         pod_sets_text=Cast("pod_sets", TextField()), admission_text=Cast("admission", TextField())
@@ -274,6 +275,11 @@ def _workloads(
             if (namespace, queue) in stopped:
                 why = f"LocalQueue {queue} is stopped (stopPolicy)"
                 held.append(s.Pending(key, s.PendingReason.LOCAL_QUEUE_STOPPED, why, False))
+                continue
+            if (namespace, queue) not in cq_by_queue:
+                # Kueue `getQueueBlocker`: accepted, and queued once the LocalQueue exists.
+                why = f"LocalQueue {queue} doesn't exist"
+                held.append(s.Pending(key, s.PendingReason.MISCONFIGURED, why, False))
                 continue
         workloads.append(
             s.Workload(

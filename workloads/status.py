@@ -6,7 +6,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.db.models import Count, Max
+
 from clusters.models import Cluster
+from scheduler import PODS, pod_set_request
 from workloads.models import (
     Checkpoint,
     ClusterQueue,
@@ -22,6 +25,9 @@ WORKLOAD_KINDS = ("Job", "JobSet", "Deployment", "LeaderWorkerSet")
 TRAINING_KINDS = ("Job", "JobSet")
 # Pending reasons that mean no quota or flavor can ever fit the workload.
 INADMISSIBLE_REASONS = ("ExceedsMaxQuota", "NoMatchingFlavor")
+ADMITTED = Workload.Phase.ADMITTED
+# What a status needs of a pod: ready, node id, phase, its node's pool name.
+PodFacts = tuple[bool, int | None, str, str | None]
 
 
 def object_phase(obj: KubeObject, rows: list[Workload]) -> str:
@@ -38,28 +44,70 @@ def object_phase(obj: KubeObject, rows: list[Workload]) -> str:
 
 
 def object_status(obj: KubeObject) -> dict[str, Any]:
-    rows = list(obj.workloads.all())
-    pods = list(obj.pods.select_related("node__node_pool"))
-    admitted = [w for w in rows if w.phase == Workload.Phase.ADMITTED]
+    return object_statuses([obj])[obj.pk]
+
+
+def object_statuses(objects: Iterable[KubeObject]) -> dict[int, dict[str, Any]]:
+    """`object_status` of many objects by pk, in a fixed number of queries however many."""
+    objects = list(objects)
+    ids = [obj.pk for obj in objects]
+    workloads: dict[int, list[Workload]] = defaultdict(list)
+    for row in Workload.objects.filter(owner_id__in=ids):  # in `obj.workloads.all()` order
+        workloads[row.owner_id].append(row)
+    pods: dict[int, list[PodFacts]] = defaultdict(list)
+    for owner_id, ready, node_id, phase, pool in Pod.objects.filter(owner_id__in=ids).values_list(
+        "owner_id", "ready", "node_id", "phase", "node__node_pool__name"
+    ):
+        pods[owner_id].append((ready, node_id, phase, pool))
+    admitted = [w.pk for rows in workloads.values() for w in rows if w.phase == ADMITTED]
+    slices: dict[int, int] = {}
+    if admitted:
+        active = Slice.objects.filter(workload__in=admitted, state=Slice.State.ACTIVE)
+        slices = dict(
+            active.values("workload__owner_id")
+            .annotate(count=Count("pk"))
+            .values_list("workload__owner_id", "count")
+        )
+    training = [obj.pk for obj in objects if obj.kind in TRAINING_KINDS]
+    latest_step: dict[int, int] = {}
+    if training:
+        latest_step = dict(
+            Checkpoint.objects.filter(owner_id__in=training)
+            .values("owner_id")
+            .annotate(step=Max("step"))
+            .values_list("owner_id", "step")
+        )
+    return {
+        obj.pk: _status(obj, workloads[obj.pk], pods[obj.pk], slices.get(obj.pk, 0), latest_step)
+        for obj in objects
+    }
+
+
+def _status(
+    obj: KubeObject,
+    rows: list[Workload],
+    pods: list[PodFacts],
+    slices: int,
+    latest_step: Mapping[int, int],
+) -> dict[str, Any]:
+    admitted = [w for w in rows if w.phase == ADMITTED]
     status: dict[str, Any] = {
         "phase": object_phase(obj, rows) if rows or obj.kind in TRAINING_KINDS else "Unmanaged",
         "admitted": len(admitted),
         "pending": sum(w.phase == Workload.Phase.PENDING for w in rows),
         "running": sum(
-            p.ready and p.node_id is not None and p.phase == Pod.Phase.RUNNING for p in pods
+            ready and node_id is not None and phase == Pod.Phase.RUNNING
+            for ready, node_id, phase, _ in pods
         ),
         "preemptions": obj.preemptions,
-        "pools": sorted({p.node.node_pool.name for p in pods if p.node is not None}),
-        "slices": Slice.objects.filter(workload__in=admitted, state=Slice.State.ACTIVE).count()
-        if admitted
-        else 0,
+        "pools": sorted({pool for _, node_id, _, pool in pods if node_id is not None}),
+        "slices": slices,
     }
     flavors = {f for w in admitted for p in w.assignments for f in p["flavors"].values()}
     if len(flavors) == 1:
         status["flavor"] = flavors.pop()
     if obj.kind in TRAINING_KINDS:
-        latest = Checkpoint.objects.filter(owner=obj).order_by("-step").first()
-        status["checkpointStep"] = latest.step if latest else 0
+        status["checkpointStep"] = latest_step.get(obj.pk, 0)
         resumed = [w.resumed_from_step for w in admitted if w.resumed_from_step is not None]
         if resumed:
             status["resumedFromStep"] = resumed[0]
@@ -122,8 +170,9 @@ def _cq_fields(
 
 def cluster_status(cluster: Cluster) -> dict[str, dict[str, Any]]:
     """Every workload owner and every queue of a cluster, keyed as scenarios name them."""
-    objects = KubeObject.objects.filter(cluster=cluster, kind__in=WORKLOAD_KINDS)
-    result = {obj.key: object_status(obj) for obj in objects}
+    objects = list(KubeObject.objects.filter(cluster=cluster, kind__in=WORKLOAD_KINDS))
+    statuses = object_statuses(objects)
+    result = {obj.key: statuses[obj.pk] for obj in objects}
     result.update(cluster_queue_status(cluster))
     return result
 
@@ -218,6 +267,8 @@ def _usage_and_demand(
             for pod_set in row.pod_sets:
                 for resource, amount in pod_set["requests"].items():
                     pending[cq_name][resource] += amount * pod_set["count"]
+                # Shown only where the ClusterQueue covers `pods`: one per pod there.
+                pending[cq_name][PODS] += pod_set_request({}, PODS, pod_set["count"])
     return usage, pending
 
 
@@ -226,7 +277,7 @@ def _add_usage(usage: dict[tuple[str, str], int], row: Workload) -> None:
     for assignment in row.assignments:
         requests = by_name[assignment["name"]]["requests"]
         for resource, flavor in assignment["flavors"].items():
-            usage[(flavor, resource)] += requests.get(resource, 0) * assignment["count"]
+            usage[(flavor, resource)] += pod_set_request(requests, resource, assignment["count"])
 
 
 def _limit(resource: str, value: int | None) -> str | None:

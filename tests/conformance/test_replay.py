@@ -105,6 +105,8 @@ def test_a_rejected_apply_is_reported_and_recorded_but_changes_nothing(tmp_path)
         "        spec:\n"
         "          template:\n"
         "            spec:\n"
+        # Refused for its PriorityClass: a missing LocalQueue is accepted, as by Kueue.
+        "              priorityClassName: missing\n"
         "              containers: [{name: c, image: i}]\n"
         "    namespace: llm\n"
         "    expectRejected: true\n"

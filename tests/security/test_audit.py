@@ -30,14 +30,14 @@ def audits():
 
 
 def test_a_change_that_fails_part_way_records_no_audit_event(admin):  # noqa: F811
-    # The flavor is written (and audited) first; the Job's missing LocalQueue then fails
+    # The flavor is written (and audited) first; the Job's missing PriorityClass then fails
     # the same transaction.
-    text = FLAVOR + "---\n" + job(name="orphan").replace("team-llm", "no-such-queue")
+    text = FLAVOR + "---\n" + job(name="orphan", priority_class="no-such-class")
 
     response = post_manifests(admin, text, namespace="llm")
 
     assert response.status_code == 400
-    assert "no-such-queue" in response.json()["detail"]
+    assert "no-such-class" in response.json()["detail"]
     assert not ResourceFlavor.objects.filter(name="a100").exists()
     assert audits() == []
 

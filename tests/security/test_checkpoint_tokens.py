@@ -76,3 +76,15 @@ def test_a_token_of_a_deleted_job_is_not_found(alice):  # noqa: F811
     )
 
     assert response.status_code == 404
+
+
+def test_the_demo_writes_its_login_and_token_for_the_owner_only(db, tmp_path, settings):
+    """`make run` prints the admin password and a team token; their files are not for others."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.VAR_DIR = tmp_path / "var"
+    call_command("demo", stdout=StringIO())
+    for name in ("admin-password", "llm-token"):
+        assert (settings.VAR_DIR / name).stat().st_mode & 0o777 == 0o600, name

@@ -140,8 +140,9 @@ def _invalid_quantity(body):
     body["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
 
 
-def _missing_local_queue(body):
-    body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "no-such-queue"
+def _malformed_queue_name(body):
+    # Kueue's webhook checks the label's format only; a missing LocalQueue is accepted.
+    body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "not a name"
 
 
 def _missing_workload_priority_class(body):
@@ -154,8 +155,8 @@ BAD_LAST_DOCUMENTS = {
         "spec.template.spec.containers[0].resources.requests.cpu",
     ),
     "unknown kind": ("apiVersion: v1\nkind: Gizmo\nmetadata:\n  name: gizmo\n", "kind"),
-    "missing LocalQueue": (
-        edited(job(), _missing_local_queue),
+    "malformed queue-name label": (
+        edited(job(), _malformed_queue_name),
         "metadata.labels[kueue.x-k8s.io/queue-name]",
     ),
     "missing WorkloadPriorityClass": (

@@ -219,7 +219,7 @@ def test_a_workload_whose_local_queue_is_gone_says_so(gpu_queues):
     report = explain(workload_of("finetune"), at(seconds=1))
 
     assert report["status"] == "pending"
-    assert report["pending"]["reason"] == "LocalQueueNotFound"
+    assert report["pending"]["reason"] == "Misconfigured"
     assert report["queue"]["cluster_queue"] is None
     assert (report["quota"], report["blockers"], report["position"]) == ([], [], None)
     assert report["summary"] == "LocalQueue team-llm does not exist in namespace llm"

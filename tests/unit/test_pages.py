@@ -68,9 +68,8 @@ def counts_without_events():
 
 
 @pytest.fixture
-def demo(db, tmp_path, monkeypatch):
-    # The command writes var/admin-password relative to the working directory.
-    monkeypatch.chdir(tmp_path)
+def demo(db, tmp_path, settings):
+    settings.VAR_DIR = tmp_path / "var"  # where the command writes the password and a token
 
     def run():
         call_command("demo", stdout=StringIO())

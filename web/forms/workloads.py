@@ -50,6 +50,16 @@ class ScaleForm(forms.Form):
     replicas = forms.IntegerField(min_value=0)
 
 
+def submittable_namespaces(scope: Scope) -> list[str]:
+    """A team's own namespaces; for admins, as for kubectl, also `default` and every namespace
+    that has a LocalQueue, whether or not a team owns it."""
+    if not scope.everything:
+        return sorted(scope.writable)
+    owned = TeamNamespace.objects.values_list("name", flat=True)
+    queued = LocalQueue.objects.values_list("namespace", flat=True)
+    return sorted({"default", *owned, *queued})
+
+
 class SubmitForm(forms.Form):
     """`kubectl apply` from the browser: paste YAML or upload a file."""
 
@@ -64,10 +74,7 @@ class SubmitForm(forms.Form):
 
     def __init__(self, scope: Scope, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        namespaces = sorted(scope.writable)
-        if scope.everything:
-            namespaces = sorted(TeamNamespace.objects.values_list("name", flat=True)) or ["default"]
-        choice_field(self, "namespace").choices = [(n, n) for n in namespaces]
+        choice_field(self, "namespace").choices = [(n, n) for n in submittable_namespaces(scope)]
         if Cluster.objects.count() == 1:
             self.fields["cluster"].initial = Cluster.objects.get()
 

@@ -37,7 +37,8 @@ def platform(request: HttpRequest) -> HttpResponse:
     context = {
         "clusters": Cluster.objects.prefetch_related("node_pools"),
         "teams": Team.objects.prefetch_related("namespaces", "memberships__user"),
-        "kinds": KUEUE_FORMS,
+        # Names, not the form classes: a template would call a class it is handed.
+        "kinds": {slug: form.KIND for slug, form in KUEUE_FORMS.items()},
     }
     return page(request, "web/platform.html", {}, context)
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
+from django.templatetags.static import static
 
 from clusters.models import Cluster, NodePool
 from web import panels
 from web.views.common import caller, chosen_cluster, cluster_named, page
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """/favicon.ico, which browsers and tools ask for whatever the page links: the SVG icon."""
+    return HttpResponsePermanentRedirect(static("favicon.svg"))
 
 
 @login_required
@@ -18,13 +24,15 @@ def overview(request: HttpRequest) -> HttpResponse:
     scope = caller(request)
 
     def clusters() -> dict[str, Any]:
+        found = list(Cluster.objects.prefetch_related("node_pools"))
+        accelerators = panels.accelerator_totals_by_cluster(found)
         rows = [
             {
                 "cluster": cluster,
                 "pools": list(cluster.node_pools.all()),
-                "accelerators": panels.accelerator_totals(cluster),
+                "accelerators": accelerators[cluster.pk],
             }
-            for cluster in Cluster.objects.prefetch_related("node_pools")
+            for cluster in found
         ]
         return {"clusters": rows}
 

@@ -14,11 +14,16 @@ from teams.models import TeamNamespace
 from teams.services import Scope
 from teams.visibility import redact
 from web import panels
-from web.forms.workloads import ScaleForm, SubmitForm, WorkloadFilterForm
+from web.forms.workloads import (
+    ScaleForm,
+    SubmitForm,
+    WorkloadFilterForm,
+    submittable_namespaces,
+)
 from web.views.common import caller, page, signed_in
 from workloads import explain, manifests, services, whatif
-from workloads.models import Checkpoint, KubeObject, Pod, Slice
-from workloads.status import WORKLOAD_KINDS, object_status
+from workloads.models import Checkpoint, KubeObject, LocalQueue, Pod, Slice
+from workloads.status import WORKLOAD_KINDS, object_status, object_statuses
 from workloads.tenancy import SubmissionRefused, submission_check
 
 SCALABLE_KINDS = ("Deployment", "LeaderWorkerSet")
@@ -26,16 +31,17 @@ SCALABLE_KINDS = ("Deployment", "LeaderWorkerSet")
 
 def _visible_objects(scope: Scope) -> Any:
     objects = KubeObject.objects.filter(kind__in=WORKLOAD_KINDS).select_related("cluster")
+    objects = objects.prefetch_related("workloads")  # each row shows its queue
     return scope.filter(objects).order_by("cluster__name", "namespace", "kind", "name")
 
 
-def _row(obj: KubeObject) -> dict[str, Any]:
+def _row(obj: KubeObject, status: dict[str, Any]) -> dict[str, Any]:
     workloads = list(obj.workloads.all())
     return {
         "object": obj,
         "key": f"{obj.cluster.name}:{obj.key}",
         "queue": workloads[0].queue_name if workloads else "",
-        **object_status(obj),
+        **status,
     }
 
 
@@ -47,7 +53,9 @@ def _filtered_rows(scope: Scope, data: dict[str, Any], objects: Any) -> list[dic
         objects = objects.filter(workloads__queue_name=data["queue"]).distinct()
     if data.get("kind"):
         objects = objects.filter(kind=data["kind"])
-    rows = [_row(obj) for obj in objects]
+    objects = list(objects)
+    statuses = object_statuses(objects)
+    rows = [_row(obj, statuses[obj.pk]) for obj in objects]
     return [r for r in rows if not data.get("phase") or r["phase"] == data["phase"]]
 
 
@@ -145,7 +153,9 @@ def submit(request: HttpRequest) -> HttpResponse:
     if not (scope.everything or scope.writable):
         raise PermissionDenied("you have no namespace to submit to")
     form = SubmitForm(scope, request.POST or None, request.FILES or None)
-    context: dict[str, Any] = {"form": form}
+    namespaces = submittable_namespaces(scope)
+    queues = LocalQueue.objects.filter(namespace__in=namespaces).select_related("cluster")
+    context: dict[str, Any] = {"form": form, "local_queues": queues.order_by("cluster__name")}
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:

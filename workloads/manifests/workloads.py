@@ -18,6 +18,7 @@ from workloads.manifests.documents import Document
 from workloads.manifests.fields import INT32_MAX, Fields, join, label_key_problem
 from workloads.manifests.podsets import PodSetSpec, pod_set
 from workloads.manifests.slices import SLICE_GROUP, SLICE_TOPOLOGY_ANNOTATION
+from workloads.manifests.training import checkpoint_steps
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -47,6 +48,8 @@ class WorkloadShape:
     """True when each replica is its own Workload (Deployment pods, LeaderWorkerSet groups)."""
     sim: dict[str, str]
     """Annotations under sim.accelplane.dev/, without the prefix."""
+    checkpoint_steps: int | None = None
+    """The cadence the training code reads from the manifest (training.checkpoint_steps)."""
 
 
 _Built = tuple[int, bool, list[PodSetSpec]]
@@ -73,6 +76,7 @@ def workload_shape(doc: Document) -> WorkloadShape | None:
         replicas=replicas,
         per_replica=per_replica,
         sim=_sim_annotations(fields, metadata.get("annotations") or {}),
+        checkpoint_steps=checkpoint_steps(doc.body),
     )
 
 

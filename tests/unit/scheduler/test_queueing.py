@@ -113,17 +113,23 @@ def test_strict_fifo_head_blocks_even_when_it_waits_for_preemption():
 
 
 def test_inactive_cluster_queue_admits_nothing():
+    """Kueue workload_controller.go `getQueueBlocker`: Suspended, "ClusterQueue a is inactive"."""
     result = run([gpu_cq("a", 4, active=False)], [wl("w", "a", 1)])
     assert result.admitted == []
-    assert result.reason("w") == "ClusterQueueInactive"
+    assert result.reason("w") == "Suspended"
+    assert result.pending["w"].message == "ClusterQueue a is inactive"
 
 
 def test_workload_without_a_local_queue_stays_pending():
+    """Kueue workload_controller.go `getQueueBlocker`: a missing LocalQueue is Misconfigured."""
     result = run([gpu_cq("a", 4)], [wl("w", None, 1)])
-    assert result.reason("w") == "LocalQueueNotFound"
+    assert result.reason("w") == "Misconfigured"
 
 
 def test_workload_of_an_unknown_cluster_queue_stays_pending():
+    """Kueue workload_controller.go `getQueueBlocker`: Misconfigured, "ClusterQueue ghost
+    doesn't exist"."""
     result = run([gpu_cq("a", 4)], [wl("w", "ghost", 1)])
     assert result.admitted == []
-    assert "ghost" in result.pending["w"].message
+    assert result.reason("w") == "Misconfigured"
+    assert result.pending["w"].message == "ClusterQueue ghost doesn't exist"

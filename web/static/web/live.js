@@ -74,13 +74,24 @@
     });
   }
 
+  // As the server's `clock` filter (web/templatetags/display.py): UTC, HH:MM:SS when today,
+  // with the date otherwise, the full time on hover.
+  function clock(iso) {
+    const full = new Date(iso).toISOString(); // "YYYY-MM-DDTHH:MM:SS.sssZ"
+    const day = full.slice(0, 10);
+    const time = document.createElement("time");
+    time.dateTime = iso;
+    time.title = `${day} ${full.slice(11, 19)} UTC`;
+    const today = new Date().toISOString().slice(0, 10);
+    time.textContent = day === today ? full.slice(11, 19) : `${day} ${full.slice(11, 19)}`;
+    return time;
+  }
+
   function eventItem(event) {
     const item = document.createElement("li");
     item.dataset.seq = event.seq;
     item.className = `ev ev-${event.kind.replaceAll(".", "")}`;
-    const time = document.createElement("time");
-    time.dateTime = event.at;
-    time.textContent = event.at.slice(11, 19);
+    const time = clock(event.at);
     const kind = document.createElement("span");
     kind.className = "kind";
     kind.textContent = event.kind;

@@ -4,6 +4,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.utils import timezone
@@ -48,23 +49,29 @@ class Command(BaseCommand):
 
     def _print_login(self) -> None:
         user_model = get_user_model()
-        password_file = Path("var") / "admin-password"
+        password_file = settings.VAR_DIR / "admin-password"
         if not user_model.objects.filter(username="admin").exists():
             password = secrets.token_urlsafe(12)
             user_model.objects.create_superuser("admin", "admin@example.com", password)
-            password_file.parent.mkdir(exist_ok=True)
-            password_file.write_text(password)
+            _write_private(password_file, password)
         password = password_file.read_text() if password_file.exists() else "(set earlier)"
         self.stdout.write(f"Admin login: admin / {password}")
 
     def _print_team_token(self) -> None:
         """Team llm owns namespace llm; its submitter's token goes in var/ for the README's curl."""
-        token_file = Path("var") / "llm-token"
+        token_file = settings.VAR_DIR / "llm-token"
         if not token_file.exists() or teams.authenticate(token_file.read_text()) is None:
             teams.ensure_team("llm", namespaces=["llm"], members=[("ml-engineer", "submitter")])
             _, token = teams.issue_token(
                 get_user_model().objects.get(username="ml-engineer"), name="demo"
             )
-            token_file.parent.mkdir(exist_ok=True)
-            token_file.write_text(token)
+            _write_private(token_file, token)
         self.stdout.write(f"API token of team llm (ml-engineer): {token_file.read_text()}")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """A secret for this machine's owner only, in ACCELPLANE_VAR_DIR (wherever it runs from)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(text)
