@@ -27,7 +27,7 @@ from teams import services as team_services
 from teams.models import ApiToken, Team
 from teams.services import request_scope
 from workloads import services
-from workloads.manifests import Document, render
+from workloads.manifests import Document
 from workloads.manifests.fields import Fields
 from workloads.models import QUEUE_MODELS, ClusterQueue, QueueObject
 from workloads.status import cluster_queue_usage
@@ -162,10 +162,7 @@ class ClusterViewSet(
                 rows = caller.filter(rows).order_by("namespace", "name")
             else:
                 rows = rows.order_by("name")
-            manifests += [
-                render(row.KIND, row.name, getattr(row, "namespace", None), row.spec)
-                for row in rows
-            ]
+            manifests += [services.rendered(row) for row in rows]
         text = yaml.safe_dump_all(manifests, sort_keys=False)
         return HttpResponse(text, content_type="application/yaml")
 
@@ -212,7 +209,7 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
             "cluster": row.cluster.name,
             "name": row.name,
             "namespace": getattr(row, "namespace", ""),
-            "manifest": self._render(row),
+            "manifest": services.rendered(row),
         }
 
     def list(self, request: Request) -> Response:
@@ -265,10 +262,6 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
         except services.InUse as error:
             raise Conflict(str(error)) from None
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-    def _render(self, row: Any) -> dict[str, Any]:
-        namespace = row.namespace if self.model.NAMESPACED else None
-        return render(self.kind, row.name, namespace, row.spec)
 
 
 def queue_viewset(kind: str) -> type[QueueObjectViewSet]:

@@ -269,7 +269,7 @@ def _apply_queue_object(
     row = model._default_manager.filter(**lookup).first()
     if row is not None and row.spec == spec and row.manifest == doc.body:
         return Applied(doc.key, "unchanged", row.pk)
-    before = None if row is None else _rendered(row)
+    before = None if row is None else rendered(row)
     if row is None:
         row = model._default_manager.create(
             **lookup, **columns, spec=spec, manifest=doc.body, created_at=now, updated_at=now
@@ -295,7 +295,7 @@ def _apply_queue_object(
     return Applied(doc.key, action, row.pk)
 
 
-def _rendered(row: Any) -> dict[str, Any]:
+def rendered(row: Any) -> dict[str, Any]:
     """A stored Kueue (or priority) object's manifest in Kueue's storage version."""
     namespace = row.namespace if row.NAMESPACED else None
     return manifests.render(row.KIND, row.name, namespace, row.spec)
@@ -621,7 +621,7 @@ def delete_queue_object(
             object_key=row.key,
             message=f"{row.key} deleted",
         )
-        record_audit(actor, "deleted", row.key, cluster=cluster.name, before=_rendered(row))
+        record_audit(actor, "deleted", row.key, cluster=cluster.name, before=rendered(row))
         runtime.unpark(cluster)
     _admit(cluster, now, admit)
 
