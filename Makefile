@@ -51,6 +51,9 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+replay: $(STAMP)
+	$(BIN)/python manage.py replay scenarios/*.yaml
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/scheduler.py
 	$(BIN)/python benchmarks/kueue_baseline.py

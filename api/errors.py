@@ -18,7 +18,7 @@ from clusters.catalog import CatalogError
 from teams.services import TeamError
 from workloads.kube.client import KubeError
 from workloads.manifests import ManifestError
-from workloads.services import ObjectNotFound
+from workloads.services import ManagedElsewhere, ObjectNotFound
 from workloads.tenancy import SubmissionRefused
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,21 @@ def _is_json(value: Any) -> bool:
     return value is None or isinstance(value, str | int | bool)
 
 
+def kube_error(exc: KubeError) -> Response:
+    if exc.conflicts:
+        # Server-side apply: fields another manager owns; the admin decides, nothing is forced.
+        return Response(
+            {"detail": str(exc), "apiserver_status": exc.status, "conflicts": exc.conflicts},
+            status=status.HTTP_409_CONFLICT,
+        )
+    # The cluster's apiserver refused (its 4xx: the request's fault) or could not be reached.
+    refused = 400 <= exc.status < 500
+    return Response(
+        {"detail": str(exc), "apiserver_status": exc.status or None},
+        status=status.HTTP_400_BAD_REQUEST if refused else status.HTTP_502_BAD_GATEWAY,
+    )
+
+
 def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ManifestError):
         return Response(manifest_error(exc), status=status.HTTP_400_BAD_REQUEST)
@@ -56,15 +71,10 @@ def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
             {"detail": str(exc), "field": exc.field}, status=status.HTTP_400_BAD_REQUEST
         )
     if isinstance(exc, KubeError):
-        # The cluster's apiserver refused (its 4xx: the request's fault) or could not be reached.
-        refused = 400 <= exc.status < 500
-        return Response(
-            {"detail": str(exc), "apiserver_status": exc.status or None},
-            status=status.HTTP_400_BAD_REQUEST if refused else status.HTTP_502_BAD_GATEWAY,
-        )
+        return kube_error(exc)
     if isinstance(exc, SubmissionRefused):
         return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
-    if isinstance(exc, TeamError):
+    if isinstance(exc, TeamError | ManagedElsewhere):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
     if isinstance(exc, ObjectNotFound | ObjectDoesNotExist | Http404):
         return Response({"detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)

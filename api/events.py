@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import serializers as s
+from events.filters import EventFilter, FilterError
 from events.models import Event
 from teams.services import request_scope
 from teams.visibility import shown_events, visible_events
@@ -42,6 +43,7 @@ class EventList(APIView):
             OpenApiParameter("after", int, description="Only events with a larger seq"),
             OpenApiParameter("limit", int, description=f"At most this many (<= {MAX_LIMIT})"),
             OpenApiParameter("type", str, description="Event kind, e.g. workload.preempted"),
+            OpenApiParameter("kind", str, description="Kind of the object, e.g. ClusterQueue"),
             OpenApiParameter("namespace", str),
             OpenApiParameter("workload", str, description="Kueue workload name"),
             OpenApiParameter("cluster", str),
@@ -49,12 +51,9 @@ class EventList(APIView):
         responses=s.EventPageSerializer,
     )
     def get(self, request: Request) -> Response:
-        rows = visible_events(request_scope(request))
-        filters = {
-            "kind": request.query_params.get("type"),
-            "namespace": request.query_params.get("namespace"),
-            "workload_name": request.query_params.get("workload"),
-            "cluster": request.query_params.get("cluster"),
-        }
-        rows = rows.filter(**{k: v for k, v in filters.items() if v is not None})
+        try:
+            where = EventFilter.parse(request.query_params)
+        except FilterError as error:
+            raise serializers.ValidationError({error.param: [str(error)]}) from None
+        rows = where.apply(visible_events(request_scope(request)))
         return Response(event_page(request, rows))

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import yaml
+from django.contrib.auth.models import User
 from django.db.models import Count, Prefetch, QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -35,6 +36,7 @@ from workloads.status import cluster_queue_usage
 YAML_STREAM = {"type": "array", "items": {"type": "object"}}
 # Dependencies first, so that the export applies cleanly in order.
 EXPORT_ORDER = (
+    "Configuration",
     "Topology",
     "ResourceFlavor",
     "AdmissionCheck",
@@ -44,6 +46,36 @@ EXPORT_ORDER = (
     "WorkloadPriorityClass",
     "PriorityClass",
 )
+
+
+DELETE_IN_GKE = OpenApiParameter(
+    "delete_in_gke",
+    bool,
+    description="an imported cluster or pool: delete it in GKE too (default false: only "
+    "forget it); ignored for what Accelplane created, which is always deleted at its provider",
+)
+
+
+def _delete_in_gke(request: Request) -> bool:
+    value = request.query_params.get("delete_in_gke", "false")
+    if value not in ("true", "false"):
+        raise ValidationError({"delete_in_gke": [f"{value[:20]!r} is not true or false"]})
+    return value == "true"
+
+
+def _import(data: dict[str, Any], actor: User) -> Cluster:
+    """Import an existing GKE cluster; a refusal is a 400 naming its field."""
+    try:
+        return cluster_services.import_cluster(
+            name=data["name"],
+            project=data.get("project", ""),
+            location=data.get("location", "us-central1"),
+            service_account_key=data.get("service_account_key", ""),
+            kubeconfig=data.get("kubeconfig", ""),
+            actor=actor,
+        )
+    except cluster_services.ImportRefused as refused:
+        raise ValidationError({refused.field: [refused.message]}) from None
 
 
 class ClusterViewSet(
@@ -61,10 +93,16 @@ class ClusterViewSet(
     # PATCH replaces a cluster's credentials (or resizes a pool); there is nothing to PUT.
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
+    def get_serializer_class(self) -> type[s.ClusterSerializer]:
+        return s.ClusterDetailSerializer if self.action == "retrieve" else s.ClusterSerializer
+
     def perform_create(self, serializer: s.ClusterSerializer) -> None:  # type: ignore[override]
         data = dict(serializer.validated_data)
         if Cluster.objects.filter(name=data["name"]).exists():
             raise Conflict(f"a cluster named {data['name']!r} already exists")
+        if data.pop("import"):
+            serializer.instance = _import(data, signed_in(self.request))
+            return
         serializer.instance = cluster_services.create_cluster(
             name=data.pop("name"),
             provider=data.pop("provider", Cluster.Provider.SIM),
@@ -74,13 +112,19 @@ class ClusterViewSet(
             **data,  # the GKE settings
         )
 
-    @extend_schema(responses={202: s.ClusterSerializer})
+    @extend_schema(parameters=[DELETE_IN_GKE], responses={202: s.ClusterSerializer, 204: None})
     def destroy(self, request: Request, pk: str) -> Response:
         """Delete the cluster at its provider (a worker does it; the cluster is DELETING until
-        then, watch `cluster.*` events); then Accelplane forgets it. 409 while it is being
-        created or already deleted."""
+        then, watch `cluster.*` events); then Accelplane forgets it. An imported cluster is
+        only forgotten (204), and stays in GKE, unless `?delete_in_gke=true`. 409 while it is
+        being created or already deleted."""
+        cluster = self.get_object()
+        actor = signed_in(request)
         try:
-            cluster = cluster_services.delete_cluster(self.get_object(), actor=signed_in(request))
+            if cluster_services.forgets(cluster, _delete_in_gke(request)):
+                cluster_services.forget_cluster(cluster, actor=actor)
+                return Response(status=status.HTTP_204_NO_CONTENT)
+            cluster = cluster_services.delete_cluster(cluster, actor=actor)
         except cluster_services.Busy as busy:
             raise Conflict(str(busy)) from None
         return Response(s.ClusterSerializer(cluster).data, status=status.HTTP_202_ACCEPTED)
@@ -114,7 +158,8 @@ class ClusterViewSet(
         return Response(s.NodePoolSerializer(pool).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(methods=["PATCH"], request=s.NodePoolResizeSerializer)
-    @extend_schema(responses={202: s.NodePoolSerializer})
+    @extend_schema(methods=["DELETE"], parameters=[DELETE_IN_GKE])
+    @extend_schema(responses={202: s.NodePoolSerializer, 204: None})
     @action(
         detail=True,
         methods=["patch", "delete"],
@@ -123,13 +168,19 @@ class ClusterViewSet(
     )
     def node_pool(self, request: Request, pk: str, pool: str) -> Response:
         """PATCH `{"node_count": N}` resizes a pool; DELETE deletes it. A worker does it at the
-        provider: the pool is RESIZING or DELETING until then (watch `node_pool.*` events)."""
+        provider: the pool is RESIZING or DELETING until then (watch `node_pool.*` events).
+        DELETE of an imported pool only forgets it (204) unless `?delete_in_gke=true`."""
         cluster = self.get_object()
         row = NodePool.objects.filter(cluster=cluster, name=pool).first()
         if row is None:
             raise NotFound(f"cluster {cluster.name} has no node pool {pool!r}")
         actor = signed_in(request)
         try:
+            if request.method == "DELETE" and cluster_services.forgets(
+                row, _delete_in_gke(request)
+            ):
+                cluster_services.forget_node_pool(row, actor=actor)
+                return Response(status=status.HTTP_204_NO_CONTENT)
             if request.method == "DELETE":
                 row = cluster_services.delete_node_pool(row, actor=actor)
             else:
@@ -210,6 +261,7 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
             "name": row.name,
             "namespace": getattr(row, "namespace", ""),
             "manifest": services.rendered(row),
+            "managed_elsewhere": row.managed_elsewhere,
         }
 
     def list(self, request: Request) -> Response:
@@ -262,6 +314,22 @@ class QueueObjectViewSet(viewsets.GenericViewSet[Any]):
         except services.InUse as error:
             raise Conflict(str(error)) from None
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses=s.QueueObjectSerializer)
+    @action(detail=True, methods=["post"], pagination_class=None)
+    def adopt(self, request: Request, name: str) -> Response:
+        """Take over an object read from the cluster (managed elsewhere): Accelplane's applies
+        then change it by server-side apply, conflicts with other managers answered 409."""
+        row = self.get_object()
+        adopted = services.adopt_queue_object(
+            row.cluster,
+            self.kind,
+            row.name,
+            getattr(row, "namespace", None),
+            now(),
+            actor=signed_in(request),
+        )
+        return Response(self._show(adopted))
 
 
 def queue_viewset(kind: str) -> type[QueueObjectViewSet]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.utils import timezone
 from rest_framework import serializers
 
 from clusters import catalog, credentials
@@ -14,6 +15,7 @@ from events.models import Event
 from events.services import serialize as serialize_event
 from teams.models import ApiToken, Membership, Team
 from teams.services import audited_team
+from workloads.kube import connection
 from workloads.models import Checkpoint, KubeObject, Workload
 from workloads.status import object_phase
 
@@ -21,6 +23,7 @@ from workloads.status import object_phase
 class KueueWorkloadSerializer(serializers.ModelSerializer[Workload]):
     conditions = serializers.ListField(child=serializers.DictField(), read_only=True)
     flavors = serializers.SerializerMethodField()
+    admitted_pods = serializers.SerializerMethodField()
 
     class Meta:
         model = Workload
@@ -36,6 +39,7 @@ class KueueWorkloadSerializer(serializers.ModelSerializer[Workload]):
             "pending_reason",
             "pending_message",
             "flavors",
+            "admitted_pods",
             "queued_at",
             "quota_reserved_at",
             "admitted_at",
@@ -52,6 +56,11 @@ class KueueWorkloadSerializer(serializers.ModelSerializer[Workload]):
     def get_flavors(self, row: Workload) -> dict[str, dict[str, str]]:
         """PodSet -> resource -> flavor, while it holds quota."""
         return {a["name"]: a["flavors"] for a in row.assignments}
+
+    def get_admitted_pods(self, row: Workload) -> dict[str, int]:
+        """PodSet -> pods admitted, while it holds quota: fewer than its spec asks when it was
+        partially admitted (kueue.x-k8s.io/job-min-parallelism)."""
+        return {a["name"]: a["count"] for a in row.assignments}
 
 
 class WorkloadObjectSerializer(serializers.ModelSerializer[KubeObject]):
@@ -80,6 +89,7 @@ class WorkloadObjectSerializer(serializers.ModelSerializer[KubeObject]):
             "updated_at",
             "workloads",
             "manifest",
+            "managed_elsewhere",
         ]
         read_only_fields = fields
 
@@ -137,6 +147,21 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
         read_only_fields = fields
 
 
+# What the server or the cluster sets on a node pool; a client reads these, never writes them.
+_NODE_POOL_SERVER_FIELDS = [
+    "imported",
+    "accelerator_type",
+    "accelerator_count",
+    "min_node_count",
+    "max_node_count",
+    "placement_type",
+    "status",
+    "status_message",
+    "created_at",
+    "nodes",
+]
+
+
 class NodePoolSerializer(serializers.ModelSerializer[NodePool]):
     cluster = serializers.CharField(source="cluster.name", read_only=True)
     tpu_topology = serializers.CharField(required=False, allow_blank=True, max_length=16)
@@ -160,12 +185,9 @@ class NodePoolSerializer(serializers.ModelSerializer[NodePool]):
             "zone",
             "reservation",
             "workload_policy",
-            "status",
-            "status_message",
-            "created_at",
-            "nodes",
+            *_NODE_POOL_SERVER_FIELDS,
         ]
-        read_only_fields = ["id", "cluster", "status", "status_message", "created_at", "nodes"]
+        read_only_fields = ["id", "cluster", *_NODE_POOL_SERVER_FIELDS]
         # The (cluster, name) constraint is checked by the view, where the cluster is known.
         validators: list[Any] = []
 
@@ -176,6 +198,17 @@ class NodePoolSerializer(serializers.ModelSerializer[NodePool]):
 
 class NodePoolResizeSerializer(serializers.Serializer[Any]):
     node_count = serializers.IntegerField(min_value=1, max_value=catalog.MAX_NODES)
+
+
+# Cluster fields an import takes from GKE instead of the request.
+GKE_SETTINGS = (
+    "autopilot",
+    "release_channel",
+    "version",
+    "slice_controller",
+    "system_machine_type",
+    "system_node_count",
+)
 
 
 class ClusterSerializer(serializers.ModelSerializer[Cluster]):
@@ -209,12 +242,8 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "provider",
             "project",
             "location",
-            "autopilot",
-            "release_channel",
-            "version",
-            "slice_controller",
-            "system_machine_type",
-            "system_node_count",
+            *GKE_SETTINGS,
+            "imported",
             "status",
             "status_message",
             "created_at",
@@ -223,9 +252,29 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "service_account_key",
             "kubeconfig",
         ]
-        read_only_fields = ["id", "status", "status_message", "created_at", "node_pools"]
+        read_only_fields = [
+            "id",
+            "imported",
+            "status",
+            "status_message",
+            "created_at",
+            "node_pools",
+        ]
         # A taken name is a conflict (409), answered by the view.
         extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        # `import` is a Python keyword: no class attribute can declare it.
+        fields["import"] = serializers.BooleanField(
+            write_only=True,
+            required=False,
+            default=False,
+            help_text="record an existing GKE cluster (`name` in `project` and `location`) "
+            "and its node pools as GKE reports them, instead of creating one; gke only. Its "
+            "GKE settings come from GKE: giving any is a 400.",
+        )
+        return fields
 
     def validate_service_account_key(self, value: Any) -> str:
         """Checked, then sealed: from here on only its ciphertext exists."""
@@ -253,12 +302,36 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             problems = problems or settings_problems(
                 self.instance.provider, self.instance.project, given
             )
+        if not problems and attrs.get("import"):
+            problems = _import_problems(attrs, self.initial_data)
         if problems:
             raise serializers.ValidationError({f: [m] for f, m in problems.items()})
         return attrs
 
     def get_credentials(self, cluster: Cluster) -> dict[str, bool]:
         return credentials_held(cluster)
+
+
+def _import_problems(attrs: dict[str, Any], given: Any) -> dict[str, str]:
+    if attrs.get("provider", Cluster.Provider.SIM) != Cluster.Provider.GKE:
+        return {"import": "only a gke cluster is imported (set provider to gke)"}
+    message = "comes from GKE for an imported cluster; leave it out"
+    return dict.fromkeys([f for f in GKE_SETTINGS if f in given], message)
+
+
+class ClusterDetailSerializer(ClusterSerializer):
+    connection = serializers.SerializerMethodField(
+        help_text="a gke cluster's watches of its apiserver: per resource `state` (watching, "
+        "reconnecting, stopped), `last_event_at`, `lag_seconds`, `disconnected_at`, `errors` "
+        "(the last 10 each); `alive`, `last_event_at` and the last 10 `errors` overall"
+    )
+
+    class Meta(ClusterSerializer.Meta):
+        fields = [*ClusterSerializer.Meta.fields, "connection"]
+        read_only_fields = [*ClusterSerializer.Meta.read_only_fields, "connection"]
+
+    def get_connection(self, cluster: Cluster) -> dict[str, Any]:
+        return connection.status(cluster, timezone.now())
 
 
 class QueueObjectSerializer(serializers.Serializer[Any]):
@@ -268,6 +341,9 @@ class QueueObjectSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     namespace = serializers.CharField(allow_blank=True)
     manifest = serializers.DictField()
+    managed_elsewhere = serializers.BooleanField(
+        help_text="Read from the cluster; Accelplane changes it only once an admin adopts it"
+    )
 
 
 class QueueApplyResultSerializer(serializers.Serializer[Any]):

@@ -20,6 +20,7 @@ for prefix, kind in (
     ("priorityclasses", "PriorityClass"),
     ("topologies", "Topology"),
     ("admissionchecks", "AdmissionCheck"),
+    ("configurations", "Configuration"),
 ):
     router.register(prefix, platform.queue_viewset(kind), basename=kind.lower())
 router.register("teams", platform.TeamViewSet, basename="team")

@@ -6,7 +6,7 @@ from typing import Any
 
 import django_filters
 from django.core import signing
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -98,7 +98,8 @@ class WorkloadViewSet(
 
     def get_queryset(self) -> QuerySet[KubeObject]:
         objects = (
-            KubeObject.objects.filter(kind__in=WORKLOAD_KINDS)
+            # With the opaque owners of workloads submitted outside Accelplane (a RayJob, a Pod).
+            KubeObject.objects.filter(Q(kind__in=WORKLOAD_KINDS) | Q(managed_elsewhere=True))
             .select_related("cluster")
             .prefetch_related("workloads")
             .order_by("id")

@@ -30,7 +30,11 @@ class Cluster(models.Model):
     # GKE settings (the sim provider ignores them). Dynamic slicing needs Standard on RAPID.
     autopilot = models.BooleanField(default=False)
     release_channel = models.CharField(
-        max_length=16, choices=ReleaseChannel.choices, default=ReleaseChannel.RAPID
+        max_length=16,
+        choices=ReleaseChannel.choices,
+        default=ReleaseChannel.RAPID,
+        blank=True,
+        help_text="blank: an imported cluster on no release channel",
     )
     version = models.CharField(
         max_length=64, blank=True, help_text="initial GKE version; blank: the channel's default"
@@ -49,6 +53,11 @@ class Cluster(models.Model):
     kubeconfig = models.TextField(blank=True, help_text="uploaded; may hold credentials")
     service_account_key = models.TextField(
         blank=True, help_text="uploaded, encrypted (clusters.credentials); never shown"
+    )
+    imported = models.BooleanField(
+        default=False,
+        help_text="recorded from GKE, not created by Accelplane: deleting it in Accelplane "
+        "forgets it and leaves it in GKE unless the admin asks for its deletion there",
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     status_message = models.TextField(blank=True)
@@ -93,6 +102,23 @@ class NodePool(models.Model):
     )
     workload_policy = models.CharField(
         max_length=64, blank=True, help_text="Compute workload policy placing a super-slicing pool"
+    )
+    # Accelerators: as GKE reports an imported pool, from the machine catalog for a created one.
+    imported = models.BooleanField(
+        default=False, help_text="recorded from GKE, not created by Accelplane (see Cluster)"
+    )
+    accelerator_type = models.CharField(
+        max_length=64, blank=True, help_text="per node, e.g. nvidia-l4 or tpu-v5-lite-podslice"
+    )
+    accelerator_count = models.PositiveIntegerField(default=0, help_text="per node")
+    min_node_count = models.PositiveIntegerField(
+        null=True, blank=True, help_text="autoscaling's lower bound (per zone); null: off"
+    )
+    max_node_count = models.PositiveIntegerField(
+        null=True, blank=True, help_text="autoscaling's upper bound (per zone); null: off"
+    )
+    placement_type = models.CharField(
+        max_length=16, blank=True, help_text="GKE placementPolicy.type, e.g. COMPACT"
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     status_message = models.TextField(blank=True)

@@ -13,10 +13,16 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from clusters import catalog, credentials
+from clusters import catalog, credentials, live
 from clusters.models import Cluster, Node, NodePool
 from clusters.providers import Provider, ProviderError, get_provider
-from clusters.providers.base import ClusterSpec, NodePoolSpec, Operation
+from clusters.providers.base import (
+    ClusterSpec,
+    ExistingCluster,
+    ExistingNodePool,
+    NodePoolSpec,
+    Operation,
+)
 from events.audit import json_time, record_audit
 from events.services import record_event
 
@@ -67,13 +73,18 @@ def settings_problems(provider: str, project: str, credentials: Iterable[str]) -
 
 def provider_for(cluster: Cluster) -> Provider:
     """The cluster's provider, acting with the cluster's uploaded key when it has one."""
+    return provider_with(cluster.provider, cluster.service_account_key)
+
+
+def provider_with(provider: str, sealed_key: str) -> Provider:
+    """A provider acting with a sealed service account key; blank: the workers' identity."""
     try:
-        key = credentials.unseal(cluster.service_account_key)
+        key = credentials.unseal(sealed_key)
         # Checked again (its token_uri): a key stored before that rule, or around the API.
         key = credentials.service_account_key(key) if key else None
     except credentials.CredentialError as error:
         raise ProviderError(str(error), permanent=True) from None
-    return get_provider(cluster.provider, key)
+    return get_provider(provider, key)
 
 
 def _cluster_spec(cluster: Cluster) -> ClusterSpec:
@@ -160,6 +171,119 @@ def create_node_pool(
     return pool
 
 
+class ImportRefused(Exception):
+    """The cluster cannot be imported; `field` is the input that says why."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+# GKE statuses of a cluster or pool that is usable as it is; others are still being created,
+# being deleted or failed.
+_USABLE = frozenset({"RUNNING", "RUNNING_WITH_ERROR", "RECONCILING", "DEGRADED"})
+
+
+def importable_clusters(project: str, location: str, sealed_key: str = "") -> list[ExistingCluster]:
+    """The GKE clusters of `project` and `location`, as the key (else the workers' identity)
+    sees them; ImportRefused naming `project` when GKE refuses or cannot be reached."""
+    if not project:
+        raise ImportRefused("project", "a gke cluster needs its project id")
+    try:
+        return provider_with(Cluster.Provider.GKE, sealed_key).list_clusters(project, location)
+    except ProviderError as error:
+        raise ImportRefused("project", error.message) from None
+
+
+def import_cluster(
+    *,
+    name: str,
+    project: str,
+    location: str,
+    service_account_key: str = "",
+    kubeconfig: str = "",
+    actor: User | None = None,
+) -> Cluster:
+    """Record GKE cluster `name` of `project`/`location` and its node pools as GKE reports
+    them; nothing is created in GKE. Credentials come sealed (`CREDENTIAL_FIELDS`). Refused
+    (ImportRefused) unless the cluster is in GKE's listing and it and its pools are usable."""
+    listed = importable_clusters(project, location, service_account_key)
+    found = next((c for c in listed if c.name == name), None)
+    if found is None:
+        names = ", ".join(sorted(c.name for c in listed)) or "none"
+        raise ImportRefused(
+            "name", f"project {project} has no GKE cluster {name!r} in {location} (it has: {names})"
+        )
+    waiting = [f"cluster {name} is {found.status}"] if found.status not in _USABLE else []
+    waiting += [
+        f"node pool {p.name} is {p.status}"
+        for p in found.node_pools
+        if p.status not in _USABLE and p.status != "ERROR"
+    ]
+    if waiting:
+        raise ImportRefused(
+            "name", f"{'; '.join(waiting)} in GKE: import it once GKE is done with it"
+        )
+    with transaction.atomic():
+        cluster = Cluster.objects.create(
+            name=name,
+            provider=Cluster.Provider.GKE,
+            project=project,
+            location=location,
+            imported=True,
+            autopilot=found.autopilot,
+            release_channel=found.release_channel,
+            version=found.version,
+            slice_controller=found.slice_controller,
+            endpoint=found.endpoint,
+            ca_certificate=found.ca_certificate,
+            service_account_key=service_account_key,
+            kubeconfig=kubeconfig,
+            status=Cluster.Status.RUNNING,
+            status_message=found.status_message,
+        )
+        key = f"Cluster/{name}"
+        record_audit(actor, "created", key, cluster=name, after=audited_cluster(cluster))
+        for existing in found.node_pools:
+            pool = _imported_pool(cluster, existing)
+            pool_key = f"NodePool/{name}/{pool.name}"
+            record_audit(actor, "created", pool_key, cluster=name, after=audited_pool(pool))
+        record_event(
+            "cluster.imported",
+            at=timezone.now(),
+            cluster=name,
+            object_key=key,
+            message=f"cluster {name} imported from GKE with {len(found.node_pools)} node pools",
+            node_pools=len(found.node_pools),
+        )
+    return cluster
+
+
+def _imported_pool(cluster: Cluster, existing: ExistingNodePool) -> NodePool:
+    """The pool's row; its nodes come from the cluster's Node watch (workloads/kube)."""
+    usable = existing.status in _USABLE
+    return NodePool.objects.create(
+        cluster=cluster,
+        name=existing.name,
+        machine_type=existing.machine_type,
+        node_count=existing.node_count,
+        # A pool spanning zones has node_count nodes in each; no single zone is its own.
+        zone=existing.zones[0] if len(existing.zones) == 1 else "",
+        tpu_topology=existing.tpu_topology,
+        reservation=existing.reservation,
+        workload_policy=existing.workload_policy,
+        imported=True,
+        accelerator_type=existing.accelerator_type,
+        accelerator_count=existing.accelerator_count,
+        min_node_count=existing.min_node_count,
+        max_node_count=existing.max_node_count,
+        placement_type=existing.placement_type,
+        status=NodePool.Status.RUNNING if usable else NodePool.Status.ERROR,
+        status_message=existing.status_message
+        or ("" if usable else f"GKE reports {existing.status}"),
+    )
+
+
 def _new_pool(
     cluster: Cluster,
     name: str,
@@ -172,6 +296,7 @@ def _new_pool(
 ) -> NodePool:
     """A pool row, once the catalog accepts its shape (CatalogError names the field)."""
     catalog.validate_pool(machine_type, node_count, tpu_topology or None)
+    machine = catalog.get_machine_type(machine_type)
     return NodePool.objects.create(
         cluster=cluster,
         name=name,
@@ -179,6 +304,8 @@ def _new_pool(
         node_count=node_count,
         tpu_topology=tpu_topology,
         block=block,
+        accelerator_type=machine.accelerator or "",
+        accelerator_count=machine.accelerator_count,
         operation_id=operation_id,
         **gke_settings,
     )
@@ -250,6 +377,50 @@ def delete_cluster(cluster: Cluster, *, actor: User | None = None) -> Cluster:
     return locked
 
 
+def forgets(row: Cluster | NodePool, delete_in_gke: bool) -> bool:
+    """Deleting an imported cluster or pool only forgets it, unless the admin asks for its
+    deletion in GKE; what Accelplane created it deletes at the provider."""
+    return row.imported and not delete_in_gke
+
+
+def forget_cluster(cluster: Cluster, *, actor: User | None = None) -> None:
+    """Forget an imported cluster at once, and everything Accelplane kept of it but the event
+    log; GKE is not called: the cluster stays there as it is."""
+    key = f"Cluster/{cluster.name}"
+    with transaction.atomic():
+        before = audited_cluster(_locked_idle(Cluster.objects.all(), cluster.pk))
+        Cluster.objects.filter(pk=cluster.pk).delete()
+        _forgotten("cluster", cluster.name, key, actor, before)
+
+
+def forget_node_pool(pool: NodePool, *, actor: User | None = None) -> None:
+    """Forget an imported pool and its nodes' rows; it stays in GKE as it is."""
+    key = f"NodePool/{pool.cluster.name}/{pool.name}"
+    with transaction.atomic():
+        before = audited_pool(_locked_idle(NodePool.objects.select_related("cluster"), pool.pk))
+        NodePool.objects.filter(pk=pool.pk).delete()
+        _forgotten("node_pool", pool.cluster.name, key, actor, before)
+
+
+def _locked_idle(rows: QuerySet[_Row], pk: int) -> _Row:
+    locked = rows.select_for_update().get(pk=pk)
+    if locked.busy:
+        what = f"{locked._meta.verbose_name} {locked.name}"
+        raise Busy(f"{what} is {locked.status}: wait until it is RUNNING or ERROR")
+    return locked
+
+
+def _forgotten(
+    kind: str, cluster: str, key: str, actor: User | None, before: dict[str, Any]
+) -> None:
+    what = f"{kind.replace('_', ' ')} {before['name']}"
+    message = f"{what} is forgotten; it is still in GKE"
+    record_event(
+        f"{kind}.forgotten", at=timezone.now(), cluster=cluster, object_key=key, message=message
+    )
+    record_audit(actor, "deleted", key, cluster=cluster, before=before)
+
+
 def replace_credentials(
     cluster: Cluster, sealed: Mapping[str, str], *, actor: User | None = None
 ) -> Cluster:
@@ -288,6 +459,7 @@ def audited_cluster(cluster: Cluster) -> dict[str, Any]:
         "slice_controller": cluster.slice_controller,
         "system_machine_type": cluster.system_machine_type,
         "system_node_count": cluster.system_node_count,
+        "imported": cluster.imported,
         "status": cluster.status,
         "status_message": cluster.status_message,
         "created_at": json_time(cluster.created_at),
@@ -308,6 +480,12 @@ def audited_pool(pool: NodePool) -> dict[str, Any]:
         "zone": pool.zone,
         "reservation": pool.reservation,
         "workload_policy": pool.workload_policy,
+        "imported": pool.imported,
+        "accelerator_type": pool.accelerator_type,
+        "accelerator_count": pool.accelerator_count,
+        "min_node_count": pool.min_node_count,
+        "max_node_count": pool.max_node_count,
+        "placement_type": pool.placement_type,
         "status": pool.status,
         "status_message": pool.status_message,
         "created_at": json_time(pool.created_at),
@@ -319,10 +497,7 @@ def _begin(rows: QuerySet[_Row], pk: int, status: str, **changes: int) -> _Row:
     """Lock the row and move it to `status` for a new provider operation, unless one is
     already under way (Busy). The last operation's stored id is cleared: it must not be
     polled for this one."""
-    locked = rows.select_for_update().get(pk=pk)
-    if locked.busy:
-        what = f"{locked._meta.verbose_name} {locked.name}"
-        raise Busy(f"{what} is {locked.status}: wait until it is RUNNING or ERROR")
+    locked = _locked_idle(rows, pk)
     rows.filter(pk=pk).update(status=status, status_message="", operation_id="", **changes)
     return locked
 
@@ -489,6 +664,7 @@ def _finish_pool_operation(pool: NodePool, templates: list[catalog.NodeTemplate]
             message=message,
             nodes=len(templates),
         )
+        live.report_nodes(pool.cluster, timezone.now())
 
 
 def _create_nodes(
@@ -508,6 +684,7 @@ def _create_nodes(
             message=f"node pool {pool.name} is running with {len(templates)} nodes",
             nodes=len(templates),
         )
+        live.report_nodes(pool.cluster, at or timezone.now())
 
 
 def _node_rows(pool: NodePool, templates: list[catalog.NodeTemplate]) -> list[Node]:

@@ -43,8 +43,9 @@ def commands(webs: int, workers: int) -> dict[str, list[str]]:
         "--without-mingle",
     ]
     worker = [*celery_worker, "--pool=solo"]
-    # Sessions block on sockets, not the CPU: threads, as many as clusters x resources.
-    watcher = [*celery_worker, "--queues=watch", "--pool=threads", "--concurrency=32"]
+    # Sessions block on sockets, not the CPU: threads, as many as clusters x resources
+    # (workloads.tasks.size_the_watcher; ACCELPLANE_MAX_WATCHED_CLUSTERS bounds the clusters).
+    watcher = [*celery_worker, "--queues=watch", "--pool=threads"]
     ports = [str(int(PORT) + i) for i in range(webs)]
     return {
         **{

@@ -251,6 +251,25 @@ if not 1 <= ACCELPLANE_MAX_NESTING_DEPTH <= 200:
 ACCELPLANE_MAX_REPLICAS = envint("ACCELPLANE_MAX_REPLICAS", 10_000)  # Deployment, LWS, JobSet
 ACCELPLANE_MAX_PODS_PER_OBJECT = envint("ACCELPLANE_MAX_PODS_PER_OBJECT", 10_000)
 ACCELPLANE_MAX_PODS_PER_REQUEST = envint("ACCELPLANE_MAX_PODS_PER_REQUEST", 20_000)
+# Real clusters watched at once (workloads/kube/watch.py): each has a watch session per watched
+# resource, each a thread of the watcher (the `watch` queue's worker) and a database connection
+# while it runs, so the watcher's pool is this many times the watched resources; clusters past
+# it (by age) are not watched, with a warning in the log.
+ACCELPLANE_MAX_WATCHED_CLUSTERS = envint("ACCELPLANE_MAX_WATCHED_CLUSTERS", 8)
+if ACCELPLANE_MAX_WATCHED_CLUSTERS < 1:
+    raise ImproperlyConfigured("ACCELPLANE_MAX_WATCHED_CLUSTERS must be at least 1")
+# Live events (workloads/live.py): a round of the simulator, or a tick over a real cluster's
+# pods, names at most this many workload owners in `workload.pods` events; the others are
+# summed per namespace. So a 10,000-pod round makes at most this many events plus one per
+# namespace, not one per pod.
+ACCELPLANE_LIVE_OWNER_EVENTS = envint("ACCELPLANE_LIVE_OWNER_EVENTS", 200)
+# At most one `workload.progress` per training workload per this many seconds of its
+# cluster's clock (virtual in the simulator), besides one per round that saved a checkpoint.
+ACCELPLANE_PROGRESS_EVENT_SECONDS = envint("ACCELPLANE_PROGRESS_EVENT_SECONDS", 30)
+if ACCELPLANE_LIVE_OWNER_EVENTS < 1 or ACCELPLANE_PROGRESS_EVENT_SECONDS < 1:
+    raise ImproperlyConfigured(
+        "ACCELPLANE_LIVE_OWNER_EVENTS and ACCELPLANE_PROGRESS_EVENT_SECONDS must be at least 1"
+    )
 
 # Where admission runs after an API change: "request" (in the request, which then answers with
 # the outcome) or "worker" (a Celery task soon after, one per burst of changes per cluster,
@@ -316,6 +335,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Cluster and NodePool both have a `status`; each its own enum name.
+    "ENUM_NAME_OVERRIDES": {"ClusterStatusEnum": "clusters.models.Cluster.Status"},
 }
 
 # LOG_FORMAT=json: one JSON object per line (for log collectors); plain text otherwise.

@@ -175,7 +175,8 @@ with sync_playwright() as playwright:
                  jobset("pretrain", "4x4x8", 32)):
         call("POST", "workloads?cluster=tpu-cluster&namespace=llm", text, yaml)
     page.goto(f"{BASE}/clusters/tpu-cluster/tpu/")
-    expect(page.locator("td.host small", has_text="activating")).to_have_count(0, timeout=60_000)
+    expect(page.locator("svg.tpu-map g.cube")).to_have_count(3)
+    expect(page.locator("svg.tpu-map g.host.activating")).to_have_count(0, timeout=60_000)
     page.screenshot(path=f"{OUT}/tpu-map.png", full_page=True)
 
     page.goto(f"{BASE}/workloads/{finetune['id']}/")

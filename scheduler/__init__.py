@@ -3,10 +3,21 @@
 Give `schedule` a `Snapshot` of queues, flavors and workloads; it returns `Decisions`
 (admit with flavor assignment, preempt victims for a preemptor, or pending with a reason).
 `place` binds admitted pods to nodes as kube-scheduler would; `scheduler.topology` places a
-PodSet in a Topology as Kueue's Topology Aware Scheduling does (not yet used by `schedule`).
+PodSet in a Topology as Kueue's Topology Aware Scheduling does; `explain_pending` and
+`held_quota` say, in the same numbers, why a workload waits or what it holds.
 """
 
-from scheduler.cycle import schedule
+from scheduler.cycle import queue_order, schedule
+from scheduler.explain import (
+    CohortQuota,
+    FlavorVerdict,
+    Holder,
+    PendingExplanation,
+    QuotaLine,
+    explain_pending,
+    held_quota,
+)
+from scheduler.fairsharing import Shares, shares
 from scheduler.model import (
     PODS,
     Admission,
@@ -18,6 +29,7 @@ from scheduler.model import (
     FlavorQuotas,
     FlavorResource,
     FungibilityPolicy,
+    FungibilityPreference,
     NodeSelectorRequirement,
     Pending,
     PendingReason,
@@ -58,16 +70,21 @@ __all__ = [
     "Admit",
     "ClusterQueue",
     "Cohort",
+    "CohortQuota",
     "Decisions",
     "DomainAssignment",
     "FlavorFungibility",
     "FlavorQuotas",
     "FlavorResource",
+    "FlavorVerdict",
     "FungibilityPolicy",
+    "FungibilityPreference",
+    "Holder",
     "Node",
     "PODS",
     "NodeSelectorRequirement",
     "Pending",
+    "PendingExplanation",
     "PendingReason",
     "Placement",
     "Pod",
@@ -78,9 +95,11 @@ __all__ = [
     "PreemptionPolicy",
     "PreemptionReason",
     "QueueingStrategy",
+    "QuotaLine",
     "ResourceFlavor",
     "ResourceGroup",
     "ResourceQuota",
+    "Shares",
     "Snapshot",
     "Taint",
     "Toleration",
@@ -92,10 +111,14 @@ __all__ = [
     "Workload",
     "assignment_fits_empty",
     "assignment_usage",
+    "explain_pending",
     "find_assignment",
+    "held_quota",
     "place",
     "place_workload",
     "pod_set_request",
     "request_from_annotations",
+    "queue_order",
     "schedule",
+    "shares",
 ]

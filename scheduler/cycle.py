@@ -10,11 +10,12 @@ victims, and a later call admits the preemptor once their quota is released.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from scheduler.flavors import Assignment, Mode, assign_flavors, topology_check
+from scheduler.fairsharing import Tournament, entry_penalty
+from scheduler.flavors import Assignment, Mode, Pinned
 from scheduler.model import (
     Admission,
     Admit,
@@ -30,7 +31,7 @@ from scheduler.model import (
     Victim,
     Workload,
 )
-from scheduler.preemption import find_targets
+from scheduler.nomination import nominate
 from scheduler.state import ClusterState
 from scheduler.topology import placements_fit
 
@@ -72,6 +73,7 @@ def shape_of(workload: Workload) -> tuple[object, ...]:
             (
                 ps.name,
                 ps.count,
+                ps.min_count,
                 tuple(sorted(ps.requests.items())),
                 tuple(sorted(ps.node_selector.items())),
                 ps.required_affinity,
@@ -84,9 +86,21 @@ def shape_of(workload: Workload) -> tuple[object, ...]:
 
 
 class _Queues:
-    """Per-ClusterQueue heaps of pending workloads; parked ones wait outside the heap."""
+    """Per-ClusterQueue heaps of pending workloads; parked ones wait outside the heap.
 
-    def __init__(self, pending: list[Workload], cluster_queues: dict[str, ClusterQueue]):
+    With admission fair sharing, a ClusterQueue in UsageBasedAdmissionFairSharing mode puts
+    the workloads of its least-used LocalQueue first (Kueue `queueOrderingFunc`), and each
+    admission adds its entry penalty to its LocalQueue's usage for the rest of the run (Kueue
+    pushes it at assume and rebuilds the heap at the next `Pop`)."""
+
+    def __init__(self, pending: list[Workload], snapshot: Snapshot, usage: dict[str, float]):
+        cluster_queues = snapshot.cluster_queues
+        self._afs = snapshot.config.admission_fair_sharing
+        self._afs_queues = {
+            name for name, cq in cluster_queues.items() if cq.admission_fair_sharing
+        }
+        self._lq_usage = usage  # shared with ClusterState.local_queue_usage
+        self._lq_weights = snapshot.local_queue_weights
         self._heaps: dict[str, list[tuple[QueueKey, Workload]]] = {}
         for workload in pending:
             if workload.parked or workload.cluster_queue is None:
@@ -102,12 +116,34 @@ class _Queues:
 
     def heads(self) -> list[Workload]:
         heads = []
-        for heap in self._heaps.values():
+        for name, heap in self._heaps.items():
             while heap and heap[0][1].key in self.removed:
                 heapq.heappop(heap)
-            if heap:
+            if not heap:
+                continue
+            if self._uses_afs(name):
+                live = (item for item in heap if item[1].key not in self.removed)
+                heads.append(min(live, key=lambda item: (self._usage(item[1]), item[0]))[1])
+            else:
                 heads.append(heap[0][1])
         return heads
+
+    def _uses_afs(self, cq_name: str) -> bool:
+        return self._afs is not None and cq_name in self._afs_queues
+
+    def _usage(self, workload: Workload) -> float:
+        return self._lq_usage.get(workload.local_queue or "", 0.0)
+
+    def charge(self, workload: Workload) -> None:
+        """Kueue `updateEntryPenalty`: an admitted workload's LocalQueue is used more."""
+        lq = workload.local_queue
+        if self._afs is None or lq is None or workload.admission is None:
+            return
+        if not self._uses_afs(workload.admission.cluster_queue):
+            return
+        weight = self._lq_weights.get(lq, 1.0)
+        penalty = entry_penalty(workload, weight, self._afs)
+        self._lq_usage[lq] = self._lq_usage.get(lq, 0.0) + penalty
 
     def members(self, cq_name: str) -> list[Workload]:
         return [w for _, w in self._heaps.get(cq_name, []) if w.key not in self.removed]
@@ -151,6 +187,11 @@ class _Run:
         self.preemptions: list[Preempt] = []
         self.pending: dict[str, Pending] = {}
         self.evicting = {w.key for w in snapshot.workloads if w.evicting}
+        self.block_admission = snapshot.config.block_admission
+        self.not_ready = any(w.admission and not w.pods_ready for w in snapshot.workloads)
+        """An admitted workload waits for its pods (Kueue's cache `WorkloadsNotReady`)."""
+        self.blocked = False
+        self.partial_admission = snapshot.config.partial_admission
         eligible = []
         for workload in pending:
             problem = self._queue_problem(workload)
@@ -158,7 +199,7 @@ class _Run:
                 eligible.append(workload)
             else:
                 self.pending[workload.key] = problem
-        self.queues = _Queues(eligible, dict(snapshot.cluster_queues))
+        self.queues = _Queues(eligible, snapshot, state.local_queue_usage)
 
     def _queue_problem(self, workload: Workload) -> Pending | None:
         """Kueue `WorkloadReconciler.getQueueBlocker`: reasons and messages as it writes them."""
@@ -177,22 +218,14 @@ class _Run:
         return None
 
     def spent(self) -> bool:
-        return self.budget is not None and len(self.admitted) >= self.budget
+        return self.blocked or (self.budget is not None and len(self.admitted) >= self.budget)
 
     def cycle(self) -> bool:
         """One Kueue scheduling cycle; False when it admitted and parked nothing."""
         entries = [self._nominate(w) for w in self.queues.heads()]
-        entries.sort(
-            key=lambda e: (
-                e.assignment.borrowing,
-                -e.workload.priority,
-                e.workload.created,
-                e.workload.key,
-            )
-        )
         cycle = _Cycle()
         progress = False
-        for entry in entries:
+        for entry in self._ordered(entries):
             if self.spent():
                 break
             admitted = self._process(entry, cycle)
@@ -203,24 +236,34 @@ class _Run:
             self.state.tree.remove(self.state.tree.cq(cq_name), usage)
         return progress
 
+    def _ordered(self, entries: list[_Entry]) -> Iterable[_Entry]:
+        """Kueue `makeIterator`: the fair sharing tournament when fair sharing is on, else
+        borrowing level, priority, age."""
+
+        def order(e: _Entry) -> tuple[int, float, str]:
+            return (-e.workload.priority, e.workload.created, e.workload.key)
+
+        if self.state.config.fair_sharing:
+            return Tournament(
+                self.state, entries, lambda e: e.cq.name, lambda e: e.assignment.usage, order
+            )
+        return sorted(entries, key=lambda e: (e.assignment.borrowing, *order(e)))
+
     def _nominate(self, workload: Workload) -> _Entry:
         assert workload.cluster_queue is not None
         cq = self.state.cq(workload.cluster_queue)
-        entry = _Entry(workload, cq, assign_flavors(self.state, workload, cq), [])
-        entry.targets = self._targets(entry)
+        entry = _Entry(workload, cq, Assignment(), [])
+        self._assign(entry)
         return entry
 
-    def _targets(self, entry: _Entry) -> list[Victim]:
-        if not entry.assignment.needs_preemption_search:
-            return []
-        assignment = entry.assignment
-        return find_targets(
+    def _assign(self, entry: _Entry, pinned: Pinned | None = None) -> None:
+        """Kueue `getAssignments`, partial admission included (`nomination.nominate`)."""
+        entry.assignment, entry.targets = nominate(
             self.state,
             entry.workload,
             entry.cq,
-            assignment.usage,
-            assignment.needs_preemption,
-            topology_check(self.state, entry.workload, entry.cq, assignment),
+            partial_admission=self.partial_admission,
+            pinned=pinned,
         )
 
     def _process(self, entry: _Entry, cycle: _Cycle) -> bool:
@@ -249,8 +292,20 @@ class _Run:
         if entry.targets:
             self._preempt(entry, cycle)
             return False
+        if self.block_admission and (self.not_ready or self.admitted):
+            return self._wait_for_pods_ready(entry)
         self._admit(entry)
         return True
+
+    def _wait_for_pods_ready(self, entry: _Entry) -> bool:
+        """Kueue `Scheduler.waitForPodsReadyIfNeeded` (blockAdmission): the scheduler stops
+        until every admitted workload's pods are ready, this entry first in line; a workload
+        admitted earlier in this run has no ready pods yet."""
+        key = entry.workload.key
+        message = "waiting for all admitted workloads to be in PodsReady condition"
+        self.pending[key] = Pending(key, PendingReason.WAITING_FOR_PODS_READY, message, False)
+        self.blocked = True
+        return False
 
     def _recompute(self, entry: _Entry, cycle: _Cycle) -> bool:
         """Another entry of this cycle evicts some of the same workloads: assign again as if
@@ -259,8 +314,7 @@ class _Run:
         pinned = {ps.name: ps.flavors for ps in entry.assignment.pod_sets}
 
         def again() -> bool:
-            entry.assignment = assign_flavors(self.state, entry.workload, entry.cq, pinned)
-            entry.targets = self._targets(entry)
+            self._assign(entry, pinned)
             return entry.assignment.mode is Mode.FIT
 
         return self._without(cycle.claimed, again)
@@ -337,7 +391,9 @@ class _Run:
     def _admit(self, entry: _Entry) -> None:
         workload = entry.workload
         admission = Admission(entry.cq.name, tuple(entry.assignment.pod_sets))
-        self.state.hold(replace(workload, admission=admission))
+        holding = replace(workload, admission=admission)
+        self.state.hold(holding)
+        self.queues.charge(holding)
         self.queues.removed.add(workload.key)
         self.pending.pop(workload.key, None)
         self.admitted.append(Admit(workload.key, admission, entry.assignment.borrowing > 0))

@@ -13,10 +13,13 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from scheduler.model import (
+    POD,
+    PODS,
     ClusterQueue,
     FlavorQuotas,
     FlavorResource,
     FungibilityPolicy,
+    FungibilityPreference,
     PendingReason,
     PodSet,
     PodSetAssignment,
@@ -34,8 +37,6 @@ from scheduler.topology import (
     requests_topology,
     topology_frs,
 )
-
-PODS = "pods"
 
 Pinned = Mapping[str, Mapping[str, str]]
 """PodSet name -> resource -> the only flavor to consider (Kueue's NominationMapping)."""
@@ -122,28 +123,41 @@ class _Group:
         return min(self.failures, key=_SEVERITY.__getitem__)
 
 
-def is_preferred(a: Granular, b: Granular) -> bool:
-    """Kueue `isPreferred` with the default BorrowingOverPreemption preference."""
+def is_preferred(a: Granular, b: Granular, preference: FungibilityPreference | None = None) -> bool:
+    """Kueue `isPreferred`: NoFit is worst and a flavor without preemption candidates ranks
+    below any viable one; then BorrowingOverPreemption (the default) compares the preemption
+    mode first and the borrowing level on a tie, PreemptionOverBorrowing the other way round."""
     if a.mode is Mode.NO_FIT:
         return False
     if b.mode is Mode.NO_FIT:
         return True
     if (a.mode is Mode.NO_CANDIDATES) != (b.mode is Mode.NO_CANDIDATES):
         return b.mode is Mode.NO_CANDIDATES
+    if preference is FungibilityPreference.PREEMPTION_OVER_BORROWING:
+        if a.borrowing != b.borrowing:
+            return a.borrowing < b.borrowing
+        return a.mode > b.mode
     if a.mode != b.mode:
         return a.mode > b.mode
     return a.borrowing < b.borrowing
 
 
 def assign_flavors(
-    state: ClusterState, workload: Workload, cq: ClusterQueue, pinned: Pinned | None = None
+    state: ClusterState,
+    workload: Workload,
+    cq: ClusterQueue,
+    pinned: Pinned | None = None,
+    counts: Mapping[str, int] | None = None,
 ) -> Assignment:
+    """Kueue `FlavorAssigner.Assign`; `counts` (PodSet name -> pods) scales PodSets down for
+    partial admission, and the PodSetAssignments carry those counts."""
     result = Assignment()
     covers_pods = any(PODS in g.covered_resources for g in cq.resource_groups)
     for pod_set in workload.pod_sets:
-        requests = {r: v * pod_set.count for r, v in pod_set.requests.items() if v}
+        count = pod_set.count if counts is None else counts[pod_set.name]
+        requests = {r: v * count for r, v in pod_set.requests.items() if v}
         if covers_pods:
-            requests[PODS] = pod_set.count * 1000
+            requests[PODS] = count * POD
         flavors: dict[str, str] = {}
         for group, resources in _groups_for(cq, requests, result):
             todo = _Group(pod_set, group, resources, requests, (pinned or {}).get(pod_set.name, {}))
@@ -152,7 +166,7 @@ def assign_flavors(
                 result.fail(todo.failure())
                 continue
             _record(result, choice, todo, flavors)
-        result.pod_sets.append(PodSetAssignment(pod_set.name, flavors, pod_set.count))
+        result.pod_sets.append(PodSetAssignment(pod_set.name, flavors, count))
         if result.mode is Mode.NO_FIT:
             break  # Kueue stops at the first PodSet that cannot be assigned
     _place_topology(state, workload, cq, result)
@@ -176,6 +190,7 @@ def _place(
         state.nodes,
         used,
         state.tas_only(cq),
+        balanced=state.config.tas_balanced_placement,
     )
 
 
@@ -271,7 +286,8 @@ def _choose_flavor(
             continue
         if not _should_try_next_flavor(cq, choice.representative):
             return choice
-        if best is None or is_preferred(choice.representative, best.representative):
+        preference = cq.flavor_fungibility.preference
+        if best is None or is_preferred(choice.representative, best.representative, preference):
             best = choice
     return best
 
@@ -324,7 +340,7 @@ def _quota_fit(
         fr = (flavor.name, resource)
         value = todo.requests[resource] + result.usage.get(fr, 0)
         mode = _fits_resource_quota(state, workload, cq, fr, value, todo, result)
-        if is_preferred(choice.representative, mode):
+        if is_preferred(choice.representative, mode, cq.flavor_fungibility.preference):
             choice.representative = mode
         if mode.mode is Mode.NO_FIT:
             return None
@@ -365,11 +381,20 @@ def _fits_resource_quota(
     if (
         tree.nominal(node, fr) >= value
         or may_reclaim_in_hierarchy
-        or cq.preemption.borrow_within_cohort is not PreemptionPolicy.NEVER
+        or _can_preempt_while_borrowing(state, cq)
     ):
         return simulate_preemption(state, workload, cq, fr, value)
     todo.failures.append(PendingReason.WAITING_FOR_QUOTA)
     return Granular(Mode.NO_FIT)
+
+
+def _can_preempt_while_borrowing(state: ClusterState, cq: ClusterQueue) -> bool:
+    """Kueue `canPreemptWhileBorrowing`: borrowWithinCohort, or fair sharing with
+    reclaimWithinCohort."""
+    preemption = cq.preemption
+    return preemption.borrow_within_cohort is not PreemptionPolicy.NEVER or (
+        state.config.fair_sharing and preemption.reclaim_within_cohort is not PreemptionPolicy.NEVER
+    )
 
 
 def simulate_preemption(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # topology.py imports this module; these names are only annotations here
+if TYPE_CHECKING:  # scheduler.topology imports this module; these are only annotations here
     from scheduler.placement import Node
     from scheduler.topology import Topology, TopologyAssignment, TopologyRequest
 
@@ -38,6 +38,13 @@ class PreemptionPolicy(StrEnum):
 class FungibilityPolicy(StrEnum):
     MAY_STOP_SEARCH = "MayStopSearch"
     TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+class FungibilityPreference(StrEnum):
+    """`flavorFungibility.preference`: which of two imperfect flavors wins."""
+
+    BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
+    PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,7 @@ class Preemption:
 class FlavorFungibility:
     when_can_borrow: FungibilityPolicy = FungibilityPolicy.MAY_STOP_SEARCH
     when_can_preempt: FungibilityPolicy = FungibilityPolicy.TRY_NEXT_FLAVOR
+    preference: FungibilityPreference | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +92,12 @@ class ClusterQueue:
     admission_checks: tuple[str, ...] = ()
     active: bool = True
     """False when stopped (stopPolicy Hold/HoldAndDrain) or misconfigured: admits nothing."""
+    fair_weight: float = 1.0
+    """`fairSharing.weight`, read only when the Configuration enables fair sharing. 0 makes
+    its share infinite as soon as it borrows (Kueue `DRS.PreciseWeightedShare`)."""
+    admission_fair_sharing: bool = False
+    """`admissionScope.admissionMode: UsageBasedAdmissionFairSharing`: its pending workloads
+    are ordered by their LocalQueue's usage first (when the Configuration enables it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +105,8 @@ class Cohort:
     name: str
     parent: str | None = None
     resource_groups: tuple[ResourceGroup, ...] = ()
+    fair_weight: float = 1.0
+    """`fairSharing.weight`, as for a ClusterQueue."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +181,8 @@ class PodSet:
     tolerations: tuple[Toleration, ...] = ()
     topology_request: TopologyRequest | None = None
     """Its TAS annotations (`topology.request_from_annotations`); None: it asks for no TAS."""
+    min_count: int | None = None
+    """Partial admission: the fewest pods it may run with (`job-min-parallelism`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +220,10 @@ class Workload:
     """Its preemptions are in flight: it stays at the head of its queue (BestEffortFIFO)."""
     parked: bool = False
     """In Kueue's inadmissible set until a capacity event requeues it (BestEffortFIFO)."""
+    local_queue: str | None = None
+    """"namespace/name" of its LocalQueue, for admission fair sharing."""
+    pods_ready: bool = False
+    """Its PodsReady condition (all its pods ready); read only under blockAdmission."""
 
     def usage(self) -> dict[FlavorResource, int]:
         """The quota this workload holds (empty when it holds none)."""
@@ -233,6 +255,40 @@ def assignment_usage(
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionFairSharing:
+    """Kueue's `admissionFairSharing` configuration; durations in seconds."""
+
+    usage_half_life_time: float = 0.0
+    """0 resets a LocalQueue's usage at every sample."""
+    usage_sampling_interval: float = 300.0
+    resource_weights: Mapping[str, float] = field(default_factory=dict)
+    """Resource name -> weight in a LocalQueue's usage (1 when absent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingConfig:
+    """What the scheduler reads of Kueue's Configuration (`config.kueue.x-k8s.io`).
+
+    Defaults are Kueue's: fair sharing off, admission fair sharing off, partial admission on
+    (feature gate PartialAdmission, beta), balanced TAS placement off."""
+
+    fair_sharing: bool = False
+    fair_sharing_strategies: tuple[str, ...] = (
+        "LessThanOrEqualToFinalShare",
+        "LessThanInitialShare",
+    )
+    admission_fair_sharing: AdmissionFairSharing | None = None
+    """None: off (Kueue's nil `admissionFairSharing`)."""
+    partial_admission: bool = True
+    block_admission: bool = False
+    """`waitForPodsReady.blockAdmission`: nothing is admitted while an admitted workload's
+    pods are not all ready."""
+    tas_balanced_placement: bool = False
+    """Feature gate TASBalancedPlacement (alpha, off): `preferred` TAS requests are spread
+    evenly (scheduler/topology/balanced.py)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     cluster_queues: Mapping[str, ClusterQueue]
     cohorts: Mapping[str, Cohort]
@@ -245,6 +301,11 @@ class Snapshot:
     """The cluster's nodes, for TAS placement."""
     non_tas_usage: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     """Node name -> resource -> what pods of non-TAS workloads take (each pod also 1000 `pods`)."""
+    config: SchedulingConfig = field(default_factory=SchedulingConfig)
+    local_queue_usage: Mapping[str, float] = field(default_factory=dict)
+    """Admission fair sharing: each LocalQueue's decayed, weighted usage ("namespace/name")."""
+    local_queue_weights: Mapping[str, float] = field(default_factory=dict)
+    """Each LocalQueue's `fairSharing.weight` (1 when absent), for the entry penalty."""
 
 
 class PendingReason(StrEnum):
@@ -267,12 +328,15 @@ class PendingReason(StrEnum):
     INACTIVE_CLUSTER_QUEUE = "Suspended"
     """Its ClusterQueue is inactive (stopPolicy, a missing AdmissionCheck): `getQueueBlocker`."""
     LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
+    WAITING_FOR_PODS_READY = "WaitingForPodsReady"
+    """blockAdmission: it fits, but an admitted workload's pods are not all ready yet."""
 
 
 class PreemptionReason(StrEnum):
     IN_CLUSTER_QUEUE = "InClusterQueue"
     IN_COHORT_RECLAMATION = "InCohortReclamation"
     IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+    IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduler.model import NodeSelectorTerm, Taint, Toleration
-
-PODS = "pods"
+from scheduler.model import POD, PODS, NodeSelectorTerm, Taint, Toleration
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +85,7 @@ def matches_node(pod: Pod, node: Node) -> bool:
 
 
 def fits_node(pod: Pod, node: Node, used: Mapping[str, int]) -> bool:
-    requests = {**pod.requests, PODS: 1000}
+    requests = {**pod.requests, PODS: POD}
     return all(
         used.get(resource, 0) + amount <= node.allocatable.get(resource, 0)
         for resource, amount in requests.items()
@@ -135,6 +133,6 @@ def place(
         if best is not None:
             exclusivity.bind(pod, best)
             node_used = usage[best.name]
-            for resource, amount in {**pod.requests, PODS: 1000}.items():
+            for resource, amount in {**pod.requests, PODS: POD}.items():
                 node_used[resource] = node_used.get(resource, 0) + amount
     return bindings

@@ -118,6 +118,16 @@ class QuotaTree:
     def height(self, key: NodeKey) -> int:
         return self._nodes[key].height
 
+    def children(self, key: NodeKey) -> list[NodeKey]:
+        return self._nodes[key].children
+
+    def nodes(self) -> list[NodeKey]:
+        return list(self._nodes)
+
+    def subtree_frs(self, key: NodeKey) -> list[FlavorResource]:
+        """The (flavor, resource) pairs this node's subtree has quota entries for."""
+        return list(self._nodes[key].subtree_quota)
+
     def nominal(self, key: NodeKey, fr: FlavorResource) -> int:
         quota = self._nodes[key].quotas.get(fr)
         return quota.nominal if quota else 0

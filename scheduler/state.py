@@ -15,6 +15,11 @@ class ClusterState:
 
     def __init__(self, snapshot: Snapshot):
         self.cluster_queues = snapshot.cluster_queues
+        self.cohorts = snapshot.cohorts
+        self.config = snapshot.config
+        self.local_queue_usage: dict[str, float] = dict(snapshot.local_queue_usage)
+        """Admission fair sharing: each LocalQueue's usage, this pass's entry penalties included
+        (the scheduler's queues charge it; preemption orders candidates by it)."""
         self.flavors: dict[str, ResourceFlavor] = dict(snapshot.flavors)
         self.tree = QuotaTree(snapshot.cluster_queues, snapshot.cohorts)
         self.admitted: dict[str, Workload] = {}

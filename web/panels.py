@@ -1,4 +1,5 @@
-"""What the pages show, read from the rows: accelerator totals, nodes, TPU cubes, queue bars.
+"""What the pages show, read from the rows: accelerator totals, nodes, queue bars (the TPU
+picture is web/tpu.py).
 
 Read-only, and scoped: a team member sees another team's workloads only as "another team".
 Quantities are counts (GPUs, TPU chips) unless a field says it is a Kubernetes string.
@@ -11,12 +12,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from clusters.catalog import GPU_RESOURCE, LABEL_TPU_SLICE, TPU_RESOURCE
+from clusters.catalog import GPU_RESOURCE, TPU_RESOURCE
 from clusters.models import Cluster, Node, NodePool
-from teams.models import TeamNamespace
 from teams.services import Scope
 from teams.visibility import shown_events, visible_events
-from workloads.models import ClusterQueue, KubeObject, Pod, Slice, Workload
+from workloads.models import ClusterQueue, KubeObject, Pod
 from workloads.quantities import format_quantity, parse_quantity
 from workloads.status import cluster_queue_usages
 
@@ -27,7 +27,10 @@ HIDDEN = "another team's workload"
 PALETTE_SIZE = 8
 FEED_LENGTH = 40
 TIMELINE_LENGTH = 500
-TIMELINE_SKIPS = ("checkpoint.saved",)
+# Progress as it happens (workloads/live.py): the sections showing it refresh on these, the
+# overview's feed leaves them out, and a timeline keeps only its pods' transitions.
+FEED_SKIPS = ("workload.pods", "workload.progress", "node.changed")
+TIMELINE_SKIPS = ("checkpoint.saved", "workload.progress")
 
 
 def colour(key: str) -> str:
@@ -42,7 +45,8 @@ def latest_seq(caller: Scope) -> int:
 
 def recent_events(caller: Scope) -> list[dict[str, Any]]:
     """The newest events the caller may see, newest first."""
-    return shown_events(caller, visible_events(caller).order_by("-id")[:FEED_LENGTH])
+    rows = visible_events(caller).exclude(kind__in=FEED_SKIPS)
+    return shown_events(caller, rows.order_by("-id")[:FEED_LENGTH])
 
 
 def timeline(caller: Scope, obj: KubeObject) -> list[dict[str, Any]]:
@@ -80,10 +84,10 @@ def accelerator_totals_by_cluster(clusters: Iterable[Cluster]) -> dict[int, list
     ).values_list("cluster_id", "scheduling"):
         for resource, _ in ACCELERATORS:
             used[cluster_id][resource] += scheduling.get("requests", {}).get(resource, 0)
-    return {pk: _accelerator_rows(total[pk], used[pk]) for pk in ids}
+    return {pk: accelerator_rows(total[pk], used[pk]) for pk in ids}
 
 
-def _accelerator_rows(total: dict[str, int], used: dict[str, int]) -> list[dict[str, Any]]:
+def accelerator_rows(total: dict[str, int], used: dict[str, int]) -> list[dict[str, Any]]:
     rows = []
     for resource, label in ACCELERATORS:
         if total[resource]:
@@ -101,34 +105,15 @@ def _accelerator_rows(total: dict[str, int], used: dict[str, int]) -> list[dict[
     return rows
 
 
-def team_usage(caller: Scope) -> list[dict[str, Any]]:
-    """GPUs and TPU chips each team's admitted workloads hold, in every cluster. A team member
-    sees their own teams by name and everybody else as one row."""
-    team_of = dict(TeamNamespace.objects.values_list("name", "team__name"))
-    held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for row in Workload.objects.filter(phase__in=Workload.HOLDING_QUOTA):
-        name = team_of.get(row.namespace, f"namespace {row.namespace}")
-        if not caller.can_read(row.namespace):
-            name = "other teams"
-        by_name = {p["name"]: p for p in row.pod_sets}
-        for assignment in row.assignments:
-            requests = by_name[assignment["name"]]["requests"]
-            for resource, _ in ACCELERATORS:
-                held[name][resource] += requests.get(resource, 0) * assignment["count"]
-    return [
-        {
-            "team": name,
-            "gpus": held[name][GPU_RESOURCE] // 1000,
-            "tpus": held[name][TPU_RESOURCE] // 1000,
-        }
-        for name in sorted(held, key=lambda n: (n == "other teams", n))
-    ]
-
-
-def _pod_users(cluster: Cluster, caller: Scope) -> dict[int, list[dict[str, Any]]]:
-    """Node id -> the workloads whose pods are bound to it, with the accelerators they hold."""
+def pod_users(
+    cluster: Cluster, caller: Scope, *, tpu_only: bool = False
+) -> dict[int, list[dict[str, Any]]]:
+    """Node id -> the workloads whose pods are bound to it, with the accelerators they hold;
+    `tpu_only`: on the nodes of TPU pools only."""
     users: dict[int, list[dict[str, Any]]] = defaultdict(list)
     pods = Pod.objects.filter(cluster=cluster, node__isnull=False, phase__in=BOUND_PHASES)
+    if tpu_only:
+        pods = pods.exclude(node__node_pool__tpu_topology="")
     for pod in pods.select_related("owner"):
         assert pod.node_id is not None
         requests = pod.scheduling.get("requests", {})
@@ -136,6 +121,7 @@ def _pod_users(cluster: Cluster, caller: Scope) -> dict[int, list[dict[str, Any]
         visible = caller.can_read(pod.namespace)
         users[pod.node_id].append(
             {
+                "key": pod.owner.key if visible else "",
                 "label": pod.owner.key if visible else HIDDEN,
                 "object_id": pod.owner_id if visible else None,
                 "pod": pod.name if visible else "",
@@ -149,7 +135,7 @@ def _pod_users(cluster: Cluster, caller: Scope) -> dict[int, list[dict[str, Any]
 
 def node_pools(cluster: Cluster, caller: Scope) -> list[dict[str, Any]]:
     """Node pools with their nodes; per node its accelerators and the workloads using them."""
-    users = _pod_users(cluster, caller)
+    users = pod_users(cluster, caller)
     result = []
     for pool in NodePool.objects.filter(cluster=cluster).prefetch_related("nodes"):
         nodes = []
@@ -170,72 +156,6 @@ def node_pools(cluster: Cluster, caller: Scope) -> list[dict[str, Any]]:
             )
         result.append({"pool": pool, "nodes": nodes})
     return result
-
-
-def _slice_owners(cluster: Cluster, caller: Scope) -> dict[str, dict[str, Any]]:
-    """Host name -> the slice on it, its topology and its workload (as the caller may see it)."""
-    hosts: dict[str, dict[str, Any]] = {}
-    for row in Slice.objects.filter(cluster=cluster).select_related("workload__owner"):
-        visible = caller.can_read(row.workload.namespace)
-        owner = row.workload.owner.key
-        info = {
-            "slice": row.name if visible else "",
-            "index": row.name.rsplit("-", 1)[-1],
-            "topology": row.topology,
-            "state": row.state,
-            "label": owner if visible else HIDDEN,
-            "object_id": row.workload.owner_id if visible else None,
-            "colour": colour(owner) if visible else "hidden",
-            "super": len(row.node_pools) > 1,
-        }
-        for host in row.hosts:
-            hosts[host] = info
-    return hosts
-
-
-def tpu_map(cluster: Cluster, caller: Scope) -> dict[str, list[Any]]:
-    """Cubes (tpu7x pools, 16 hosts at chip coordinates) as rows of (x, y) and columns of z,
-    v5e pools as their slices of hosts, each host with what runs on it; and TPU pools whose
-    nodes are not there yet."""
-    slices = _slice_owners(cluster, caller)
-    users = _pod_users(cluster, caller)
-    cubes: list[dict[str, Any]] = []
-    v5e: list[dict[str, Any]] = []
-    waiting: list[NodePool] = []
-    pools = NodePool.objects.filter(cluster=cluster).exclude(tpu_topology="")
-    for pool in pools.prefetch_related("nodes"):
-        nodes = list(pool.nodes.all())
-        if nodes and all(n.coordinates for n in nodes):
-            cubes.append({"pool": pool, "rows": _cube_rows(nodes, slices)})
-        elif nodes:
-            v5e.append({"pool": pool, "slices": _host_groups(nodes, users)})
-        else:
-            waiting.append(pool)
-    return {"cubes": cubes, "v5e": v5e, "waiting": waiting}
-
-
-def _cube_rows(nodes: Iterable[Node], slices: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    grid: dict[tuple[int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
-    for node in nodes:
-        assert node.coordinates is not None  # cube hosts have chip coordinates
-        x, y, z = node.coordinates
-        grid[(x, y)][z] = {"node": node, "slice": slices.get(node.name)}
-    return [
-        {"x": x, "y": y, "hosts": [grid[(x, y)][z] for z in sorted(grid[(x, y)])]}
-        for x, y in sorted(grid)
-    ]
-
-
-def _host_groups(
-    nodes: Iterable[Node], users: dict[int, list[dict[str, Any]]]
-) -> list[dict[str, Any]]:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for node in nodes:
-        on_node = users.get(node.pk, [])
-        groups[node.labels.get(LABEL_TPU_SLICE, node.name)].append(
-            {"node": node, "user": on_node[0] if on_node else None}
-        )
-    return [{"name": name, "hosts": hosts} for name, hosts in sorted(groups.items())]
 
 
 def _milli(resource: str, value: str | None) -> int:
@@ -276,7 +196,7 @@ def queue_bars(cluster: Cluster) -> list[dict[str, Any]]:
     for cq in queues:
         usage = usages[cq.name]
         usage["bars"] = [_bar(r) for r in usage["resources"]]
-        usage["spec"] = cq.spec
+        usage["managed_elsewhere"] = cq.managed_elsewhere
         cohorts[cq.cohort_name].append(usage)
     return [
         {"cohort": name, "queues": cohorts[name]}

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth
 from django.urls import path
 
-from web.views import admin, platform, workloads
+from web.views import admin, events, kueue, platform, queues, workloads
 
 app_name = "web"
 urlpatterns = [
@@ -20,12 +20,42 @@ urlpatterns = [
         admin.node_pool_action,
         name="node-pool-action",
     ),
+    path(
+        "clusters/<slug:name>/clusterqueues/<str:queue>/",
+        queues.cluster_queue,
+        name="cluster-queue",
+    ),
+    path(
+        "clusters/<slug:name>/namespaces/<slug:namespace>/localqueues/<str:queue>/",
+        queues.local_queue,
+        name="local-queue",
+    ),
     path("queues/", platform.queues, name="queues"),
+    path("events/", events.event_list, name="events"),
+    path("events/audit/", events.audit_list, name="audit"),
     path("workloads/", workloads.workload_list, name="workloads"),
     path("workloads/<int:pk>/", workloads.workload_detail, name="workload"),
     path("submit/", workloads.submit, name="submit"),
     path("platform/", admin.platform, name="platform"),
     path("platform/clusters/new/", admin.new_cluster, name="new-cluster"),
+    path("platform/clusters/import/", admin.import_cluster, name="import-cluster"),
     path("platform/teams/new/", admin.new_team, name="new-team"),
     path("platform/kueue/<slug:kind>/new/", admin.new_kueue_object, name="new-kueue-object"),
 ]
+# A Kueue object's admin pages: cluster-scoped kinds by name, LocalQueues by namespace too.
+for suffix, view in (
+    ("", kueue.kueue_object),
+    ("edit/", kueue.edit_form),
+    ("yaml/", kueue.edit_yaml),
+    ("delete/", kueue.delete),
+    ("adopt/", kueue.adopt),
+):
+    name = "kueue-object" + (f"-{suffix.rstrip('/')}" if suffix else "")
+    urlpatterns += [
+        path(f"clusters/<slug:name>/kueue/<slug:kind>/<str:obj>/{suffix}", view, name=name),
+        path(
+            f"clusters/<slug:name>/namespaces/<slug:namespace>/kueue/<slug:kind>/<str:obj>/{suffix}",
+            view,
+            name=f"{name}-namespaced",
+        ),
+    ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -18,7 +19,7 @@ import scheduler
 from clusters.models import Cluster
 from events.models import Event
 from events.services import record_events
-from workloads import pods, runtime
+from workloads import fairsharing, pods, runtime
 from workloads.history import admitted_events, preempted_event_row, workload_event_row
 from workloads.models import Checkpoint, KubeObject, Workload
 from workloads.snapshot import HEADS_PER_QUEUE, ClusterSnapshot, admission_json, load
@@ -109,10 +110,22 @@ def admit_pending(
     """
     with transaction.atomic():
         lock_admission(cluster)
+        fairsharing.sample(cluster, now)
         snap = load(cluster, heads_per_queue)
         decisions = scheduler.schedule(snap.snapshot, max_admissions=max_admissions)
         _Writer(cluster, snap, now).write(decisions)
+        _charge_local_queues(snap, decisions)
     return decisions
+
+
+def _charge_local_queues(snap: ClusterSnapshot, decisions: scheduler.Decisions) -> None:
+    """Admission fair sharing: what the admitted workloads cost their LocalQueues."""
+    config = snap.snapshot.config.admission_fair_sharing
+    if config is None or not decisions.admitted:
+        return
+    by_key = {w.key: w for w in snap.snapshot.workloads}
+    admitted = [replace(by_key[a.workload], admission=a.admission) for a in decisions.admitted]
+    fairsharing.charge(snap.cluster, config, snap.snapshot.cluster_queues, admitted)
 
 
 class _Writer:

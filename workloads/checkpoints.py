@@ -3,9 +3,11 @@ on a real cluster in kube/checkpoints.py, a job calling the API): a step after t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Max
 
 from workloads.history import workload_event
 from workloads.models import Checkpoint, KubeObject, Workload
@@ -27,8 +29,18 @@ class NotRunning(CheckpointRefused):
 
 def latest_step(row: Workload) -> int:
     """The owner's latest checkpoint step; 0 before any."""
-    latest = Checkpoint.objects.filter(owner_id=row.owner_id).order_by("-step").first()
-    return latest.step if latest else 0
+    return latest_steps([row.owner_id]).get(row.owner_id, 0)
+
+
+def latest_steps(owner_ids: Iterable[int]) -> dict[int, int]:
+    """Owner pk -> its latest checkpoint step, for those with one: what every page, report
+    and event says of checkpoints, so that no two of them can disagree."""
+    return dict(
+        Checkpoint.objects.filter(owner_id__in=list(owner_ids))
+        .values("owner_id")
+        .annotate(step=Max("step"))
+        .values_list("owner_id", "step")
+    )
 
 
 def record(row: Workload, step: int, at: datetime, path: str = "") -> Checkpoint:

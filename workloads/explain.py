@@ -1,28 +1,23 @@
 """Why a workload is pending, was preempted or is admitted, as Kueue's own arithmetic.
 
-Read-only: the quota numbers come from the scheduler's `QuotaTree` over the same snapshot
-admission uses, the flavor verdict from `assign_flavors`, the would-be victims from
-`find_targets`, and the queue order from `queue_order`. Quantities are Kubernetes strings
-("6", "288Gi", "500m"): exact, and what users wrote in their manifests.
+Read-only. The numbers are the scheduler's (`scheduler.explain_pending`, `held_quota`: its
+quota tree, flavor assignment and preemption over the same snapshot admission uses); this
+module adds what the database knows (events, queue positions, who the workloads are) and
+formats quantities as Kubernetes strings ("6", "288Gi", "500m"): exact, and what users wrote
+in their manifests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import math
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 import scheduler as s
 from events.models import Event
-from scheduler.cycle import QueueKey, queue_order
-from scheduler.flavors import PODS, Assignment, Mode, assign_flavors, topology_check
-from scheduler.model import FlavorResource
-from scheduler.preemption import find_targets
-from scheduler.quota import NodeKey
-from scheduler.state import ClusterState
 from teams.visibility import OTHER_TEAMS_MESSAGE, namespace_of
-from workloads import checkpoints, runtime, snapshot
+from workloads import checkpoints, queueing, runtime, snapshot
 from workloads.models import LocalQueue, Workload
 from workloads.quantities import format_quantity
 
@@ -50,18 +45,42 @@ def explain(row: Workload, now: datetime) -> dict[str, Any]:
     }
     snap = snapshot.load(row.cluster)
     cq = snap.snapshot.cluster_queues.get(cq_name or "")
+    report["fair_sharing"] = _fair_sharing(snap.snapshot, cq) if cq else None
     if row.phase not in Workload.ACTIVE_PHASES or cq is None:
         report["summary"] = _summary_without_queue(row, cq_name)
         return report
-    view = _View(snap, ClusterState(snap.snapshot), cq, _scheduler_workload(row, cq.name))
+    workload = _scheduler_workload(row, cq.name)
     if row.phase in Workload.HOLDING_QUOTA:
-        report["quota"] = view.quota_rows(view.workload.usage(), held=True)
+        held = s.held_quota(snap.snapshot, workload)
+        report["quota"] = [_quota_row(line, held=True) for line in held]
         report["summary"] = _summary_holding(row, cq.name)
         return report
-    report.update(view.pending_report())
+    report.update(_pending_report(snap, workload))
     report["position"] = _position(row, cq)
     report["summary"] = _summary_pending(row, report)
     return report
+
+
+def _fair_sharing(snap: s.Snapshot, cq: s.ClusterQueue) -> list[dict[str, Any]] | None:
+    """With fair sharing on: the weight and weighted share (Kueue's DominantResourceShare,
+    "+Inf" for a zero weight that borrows) of the ClusterQueue and each Cohort above it."""
+    if not snap.config.fair_sharing:
+        return None
+    shares = s.shares(snap)
+
+    def entry(kind: str, name: str, weight: float, share: float) -> dict[str, Any]:
+        shown: float | str = "+Inf" if math.isinf(share) else round(share, 3)
+        return {"kind": kind, "name": name, "weight": weight, "share": shown}
+
+    path = [entry("ClusterQueue", cq.name, cq.fair_weight, shares.cluster_queues[cq.name])]
+    name, seen = cq.cohort, set()
+    while name and name not in seen:
+        seen.add(name)
+        cohort = snap.cohorts.get(name)
+        weight = cohort.fair_weight if cohort else 1.0
+        path.append(entry("Cohort", name, weight, shares.cohorts.get(name, 0.0)))
+        name = cohort.parent if cohort else None
+    return path
 
 
 def workload_ref(row: Workload) -> dict[str, Any]:
@@ -191,222 +210,108 @@ def _scheduler_workload(row: Workload, cq_name: str) -> s.Workload:
     )
 
 
-def _total_requests(workload: s.Workload, cq: s.ClusterQueue) -> dict[str, int]:
-    """Per resource, summed over PodSets, counted as flavor assignment counts them."""
-    totals: dict[str, int] = {}
-    covers_pods = any(PODS in g.covered_resources for g in cq.resource_groups)
-    for pod_set in workload.pod_sets:
-        requests = {r: v * pod_set.count for r, v in pod_set.requests.items() if v}
-        if covers_pods:
-            requests[PODS] = pod_set.count * 1000
-        for resource, amount in requests.items():
-            totals[resource] = totals.get(resource, 0) + amount
-    return totals
+def _quota_row(line: s.QuotaLine, held: bool) -> dict[str, Any]:
+    def q(milli: int) -> str:
+        return format_quantity(line.resource, milli)
+
+    requested, used, available, nominal = line.requested, line.used, line.available, line.nominal
+    return {
+        "flavor": line.flavor,
+        "resource": line.resource,
+        "requested": q(requested),
+        "nominal": q(nominal),
+        "used": q(used),
+        "borrowable": q(line.borrowable),
+        "borrowing_limit": None if line.borrowing_limit is None else q(line.borrowing_limit),
+        "lendable": q(line.lendable),
+        "available": q(available),
+        "max_available": q(line.max_available),
+        "fits": line.fits,
+        "arithmetic": (
+            f"holds {q(requested)} of used {q(used)} (nominal {q(nominal)}, "
+            f"available {q(available)})"
+            if held
+            else f"requested {q(requested)} {'<=' if line.fits else '>'} available "
+            f"{q(available)} (nominal {q(nominal)}, used {q(used)}, "
+            f"borrowable {q(line.borrowable)})"
+        ),
+        "cohorts": [
+            {
+                "cohort": c.cohort,
+                "quota": q(c.quota),
+                "used": q(c.used),
+                "available": q(c.available),
+            }
+            for c in line.cohorts
+        ],
+    }
 
 
-def _resource_quota(cq: s.ClusterQueue, fr: FlavorResource) -> s.ResourceQuota | None:
-    flavor, resource = fr
-    for group in cq.resource_groups:
-        for quotas in group.flavors:
-            if quotas.name == flavor and resource in quotas.resources:
-                return quotas.resources[resource]
-    return None
-
-
-def _mode_name(mode: Mode) -> str:
-    """Kueue's spelling of a flavor assignment mode: NoFit, NoCandidates, Preempt, Fit."""
-    return "".join(part.capitalize() for part in mode.name.split("_"))
-
-
-@dataclass(frozen=True, slots=True)
-class _View:
-    """One workload against its ClusterQueue in the current snapshot."""
-
-    snap: snapshot.ClusterSnapshot
-    state: ClusterState
-    cq: s.ClusterQueue
-    workload: s.Workload
-
-    @property
-    def node(self) -> NodeKey:
-        return self.state.tree.cq(self.cq.name)
-
-    def quota_rows(
-        self, requested: Mapping[FlavorResource, int], *, held: bool = False
-    ) -> list[dict[str, Any]]:
-        """`held`: the workload holds `requested` already, so `used` includes it."""
-        return [self._quota_row(fr, amount, held) for fr, amount in requested.items()]
-
-    def candidate_requests(self) -> dict[FlavorResource, int]:
-        """Its total request of each resource in every flavor that could cover it."""
-        totals = _total_requests(self.workload, self.cq)
-        return {
-            (flavor.name, resource): totals[resource]
-            for group in self.cq.resource_groups
-            for flavor in group.flavors
-            for resource in group.covered_resources
-            if resource in totals
-        }
-
-    def _quota_row(self, fr: FlavorResource, requested: int, held: bool) -> dict[str, Any]:
-        tree, node = self.state.tree, self.node
-        flavor, resource = fr
-        nominal, used, available = (
-            tree.nominal(node, fr),
-            tree.usage(node, fr),
-            tree.available(node, fr),
-        )
-        # Beyond its own unused nominal quota, what the cohort would lend it now.
-        borrowable = max(0, available - max(0, nominal - used))
-        quota = _resource_quota(self.cq, fr)
-        limit = quota.borrowing_limit if quota else None
-        fits = held or requested <= available
-
-        def q(milli: int) -> str:
-            return format_quantity(resource, milli)
-
-        return {
-            "flavor": flavor,
-            "resource": resource,
-            "requested": q(requested),
-            "nominal": q(nominal),
-            "used": q(used),
-            "borrowable": q(borrowable),
-            "borrowing_limit": None if limit is None else q(limit),
-            "lendable": q(self._lendable(quota, nominal)),
-            "available": q(available),
-            "max_available": q(tree.potential_available(node, fr)),
-            "fits": fits,
-            "arithmetic": (
-                f"holds {q(requested)} of used {q(used)} (nominal {q(nominal)}, "
-                f"available {q(available)})"
-                if held
-                else f"requested {q(requested)} {'<=' if fits else '>'} available "
-                f"{q(available)} (nominal {q(nominal)}, used {q(used)}, borrowable {q(borrowable)})"
-            ),
-            "cohorts": [self._cohort_row(key, fr) for key in tree.ancestors(node)],
-        }
-
-    def _lendable(self, quota: s.ResourceQuota | None, nominal: int) -> int:
-        """What the cohort may lend to others out of this queue's quota (Kueue lendingLimit)."""
-        if self.cq.cohort is None:
-            return 0
-        if quota is None or quota.lending_limit is None:
-            return nominal
-        return min(nominal, quota.lending_limit)
-
-    def _cohort_row(self, key: NodeKey, fr: FlavorResource) -> dict[str, Any]:
-        tree, resource = self.state.tree, fr[1]
-        return {
-            "cohort": key[1],
-            "quota": format_quantity(resource, tree.subtree_quota(key, fr)),
-            "used": format_quantity(resource, tree.usage(key, fr)),
-            "available": format_quantity(resource, tree.available(key, fr)),
-        }
-
-    def pending_report(self) -> dict[str, Any]:
-        quota = self.quota_rows(self.candidate_requests())
-        assignment = assign_flavors(self.state, self.workload, self.cq)
-        victims = self._victims(assignment)
-        short = {(row["flavor"], row["resource"]) for row in quota if not row["fits"]}
-        contested = short if assignment.mode is not Mode.FIT else set()
-        return {
-            "quota": quota,
-            "flavors": self._flavor_verdict(assignment, victims),
-            "blockers": self._holders(contested, {v.workload for v in victims}),
-        }
-
-    def _victims(self, assignment: Assignment) -> list[s.Victim]:
-        """Whom admission would preempt for it now, exactly as a scheduling cycle would."""
-        if not assignment.needs_preemption_search:
-            return []
-        return find_targets(
-            self.state,
-            self.workload,
-            self.cq,
-            assignment.usage,
-            assignment.needs_preemption,
-            topology_check(self.state, self.workload, self.cq, assignment),
-        )
-
-    def _flavor_verdict(self, assignment: Assignment, victims: list[s.Victim]) -> dict[str, Any]:
-        rows = self.snap.fetch(v.workload for v in victims)
-        return {
-            "mode": _mode_name(assignment.mode),
-            "fits": assignment.mode is Mode.FIT,
-            "borrowing": assignment.borrowing > 0,
-            "reason": assignment.reason.value if assignment.mode is Mode.NO_FIT else None,
-            "messages": list(assignment.messages),
+def _pending_report(snap: snapshot.ClusterSnapshot, workload: s.Workload) -> dict[str, Any]:
+    found = s.explain_pending(snap.snapshot, workload)
+    verdict = found.flavors
+    rows = snap.fetch(
+        [*(v.workload for v in verdict.victims), *(h.workload for h in found.holders)]
+    )
+    return {
+        "quota": [_quota_row(line, held=False) for line in found.quota],
+        "flavors": {
+            "mode": verdict.mode,
+            "fits": verdict.fits,
+            "borrowing": verdict.borrowing,
+            "reason": verdict.reason.value if verdict.reason else None,
+            "messages": list(verdict.messages),
             "pod_sets": [
                 {"name": p.name, "count": p.count, "flavors": dict(p.flavors)}
-                for p in assignment.pod_sets
+                for p in verdict.pod_sets
             ],
             "would_preempt": [
-                {**workload_ref(rows[v.workload]), "reason": v.reason.value} for v in victims
+                {**workload_ref(rows[v.workload]), "reason": v.reason.value}
+                for v in verdict.victims
             ],
-        }
-
-    def _holders(self, contested: set[FlavorResource], victims: set[str]) -> list[dict[str, Any]]:
-        """Workloads of its cohort tree holding any of the quota it lacks."""
-        holding = {
-            w.key: {fr: self.state.usage[w.key].get(fr, 0) for fr in sorted(contested)}
-            for w in self.state.in_tree_of(self.cq.name)
-        }
-        holding = {key: held for key, held in holding.items() if any(held.values())}
-        rows = self.snap.fetch(holding)
-        return [
+        },
+        "blockers": [
             {
-                **workload_ref(rows[key]),
-                "cluster_queue": rows[key].cluster_queue_name,
-                "evicting": rows[key].evicting,
-                "holds": _holds(holding[key]),
-                "would_be_preempted": key in victims,
+                **workload_ref(rows[h.workload]),
+                "cluster_queue": rows[h.workload].cluster_queue_name,
+                "evicting": rows[h.workload].evicting,
+                "holds": _holds(h.holds),
+                "would_be_preempted": h.would_be_preempted,
             }
-            for key in sorted(holding)
-        ]
+            for h in found.holders
+        ],
+    }
 
 
-def _holds(usage: Mapping[FlavorResource, int]) -> list[dict[str, str]]:
+def _holds(usage: Mapping[s.FlavorResource, int]) -> list[dict[str, str]]:
     return [
         {"flavor": flavor, "resource": resource, "amount": format_quantity(resource, amount)}
         for (flavor, resource), amount in usage.items()
-        if amount
     ]
 
 
 def _position(row: Workload, cq: s.ClusterQueue) -> dict[str, Any]:
     """1-based places in its LocalQueue and ClusterQueue, in Kueue's heap order (sticky
     preemptor, priority, queue timestamp, name); parked workloads keep their place."""
-    queues = set(
-        LocalQueue.objects.filter(cluster=row.cluster, cluster_queue_name=cq.name).values_list(
-            "namespace", "name"
-        )
-    )
-    sticky = cq.queueing_strategy is s.QueueingStrategy.BEST_EFFORT_FIFO
-    pending = Workload.objects.filter(cluster=row.cluster, phase=Workload.Phase.PENDING)
-    entries = []
-    for ns, name, queue, priority, queued_at, preempting in pending.values_list(
-        "namespace", "name", "queue_name", "priority", "queued_at", "preempting"
-    ):
-        if (ns, queue) in queues:
-            # Only the ordering fields matter to queue_order; PodSets play no part in it.
-            ordered = s.Workload(
-                f"{ns}/{name}", cq.name, priority, queued_at.timestamp(), (), preempting=preempting
-            )
-            entries.append((queue_order(ordered, sticky), (ns, queue)))
-    entries.sort()
-    key, local_queue = f"{row.namespace}/{row.name}", (row.namespace, row.queue_name)
+    order = queueing.pending_in_order(row.cluster, cq.name, cq.queueing_strategy)
+    local_queue = (row.namespace, row.queue_name)
     return {
-        "cluster_queue": _place([k for k, _ in entries], key, cq.name),
+        "cluster_queue": _place(order, row, cq.name),
         "local_queue": _place(
-            [k for k, lq in entries if lq == local_queue], key, f"{row.namespace}/{row.queue_name}"
+            [w for w in order if (w.namespace, w.queue_name) == local_queue],
+            row,
+            f"{row.namespace}/{row.queue_name}",
         ),
     }
 
 
-def _place(order: list[QueueKey], key: str, name: str) -> dict[str, Any]:
-    keys = [entry[-1] for entry in order]
-    return {"name": name, "position": keys.index(key) + 1, "pending": len(keys)}
+def _place(order: list[Workload], row: Workload, name: str) -> dict[str, Any]:
+    keys = [(w.namespace, w.name) for w in order]
+    return {
+        "name": name,
+        "position": keys.index((row.namespace, row.name)) + 1,
+        "pending": len(keys),
+    }
 
 
 def _summary_without_queue(row: Workload, cq_name: str | None) -> str:
@@ -422,7 +327,15 @@ def _summary_holding(row: Workload, cq_name: str) -> str:
     if row.evicting:
         return f"Preempted ({row.preemption_reason}); its pods are stopping, it still holds quota"
     verb = "Admitted" if row.phase == Workload.Phase.ADMITTED else "Quota reserved"
-    return f"{verb} in ClusterQueue {cq_name} with flavor {flavors or 'none'}"
+    partial = _partial(row, row.assignments)
+    return f"{verb} in ClusterQueue {cq_name} with flavor {flavors or 'none'}{partial}"
+
+
+def _partial(row: Workload, assignments: Iterable[Mapping[str, Any]]) -> str:
+    """The note for a workload admitted, or fitting, with fewer pods than its spec asks."""
+    admitted = sum(a["count"] for a in assignments)
+    total = sum(p["count"] for p in row.pod_sets)
+    return f", with {admitted} of {total} pods (partial admission)" if admitted < total else ""
 
 
 def _summary_pending(row: Workload, report: Mapping[str, Any]) -> str:
@@ -430,7 +343,8 @@ def _summary_pending(row: Workload, report: Mapping[str, Any]) -> str:
     place = f"position {position['position']} of {position['pending']} in {position['name']}"
     verdict = report["flavors"]
     if verdict["fits"]:
-        return f"Fits now; waits for the next scheduling cycle ({place})"
+        partial = _partial(row, verdict["pod_sets"])
+        return f"Fits now{partial}; waits for the next scheduling cycle ({place})"
     if verdict["reason"]:  # no flavor can ever take it as it is
         return f"{verdict['reason']} ({place}): {'; '.join(verdict['messages'])}"
     short = [q for q in report["quota"] if not q["fits"]]

@@ -19,11 +19,18 @@ class QueueObject(models.Model):
     name = models.CharField(max_length=253)
     spec = models.JSONField(default=dict)
     manifest = models.JSONField(default=dict, help_text="As applied; empty if made in the UI")
+    managed_elsewhere = models.BooleanField(
+        default=False,
+        help_text="Read from the cluster (made with kubectl, Helm, ...): Accelplane applies "
+        "to it only once an admin adopts it",
+    )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
     KIND = ""
     NAMESPACED = False
+    SINGLETON = False
+    """One per cluster, whatever its name (Configuration)."""
 
     class Meta:
         abstract = True
@@ -69,6 +76,14 @@ class LocalQueue(QueueObject):
     NAMESPACED = True
     namespace = models.CharField(max_length=63)
     cluster_queue_name = models.CharField(max_length=253, db_index=True)
+    consumed_resources = models.JSONField(
+        default=dict,
+        help_text="Admission fair sharing: decayed usage, resource -> Kubernetes units "
+        "(Kueue status.fairSharing.admissionFairSharingStatus.consumedResources)",
+    )
+    usage_sampled_at = models.DateTimeField(
+        null=True, blank=True, help_text="When consumed_resources was last decayed (lastUpdate)"
+    )
 
     class Meta(QueueObject.Meta):
         ordering = ["namespace", "name"]
@@ -110,6 +125,16 @@ class AdmissionCheck(QueueObject):
         constraints = _unique("admissioncheck", "name")
 
 
+class Configuration(QueueObject):
+    """Kueue's Configuration: one per cluster, applying another replaces it."""
+
+    KIND = "Configuration"
+    SINGLETON = True
+
+    class Meta(QueueObject.Meta):
+        constraints = [models.UniqueConstraint(fields=["cluster"], name="unique_configuration")]
+
+
 QUEUE_MODELS: dict[str, type[QueueObject]] = {
     m.KIND: m
     for m in (
@@ -121,6 +146,7 @@ QUEUE_MODELS: dict[str, type[QueueObject]] = {
         PriorityClass,
         Topology,
         AdmissionCheck,
+        Configuration,
     )
 }
 
@@ -137,6 +163,11 @@ class KubeObject(models.Model):
     simulation = models.JSONField(default=dict, help_text="How the simulator runs it")
     preemptions = models.PositiveIntegerField(default=0, help_text="Of all its workloads, ever")
     generation = models.PositiveIntegerField(default=1)
+    managed_elsewhere = models.BooleanField(
+        default=False,
+        help_text="Not submitted through Accelplane: the owner of a Kueue Workload read from "
+        "the cluster, known by kind, namespace and name only (manifest empty)",
+    )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -196,6 +227,16 @@ class Workload(models.Model):
     preemption_reason = models.CharField(max_length=64, blank=True, help_text="Latest one")
     admissions = models.PositiveIntegerField(default=0)
     preemptions = models.PositiveIntegerField(default=0)
+    # waitForPodsReady (Kueue's PodsReady condition, status.requeueState, spec.active).
+    pods_ready = models.BooleanField(default=False, help_text="PodsReady condition status")
+    pods_ready_changed_at = models.DateTimeField(
+        null=True, blank=True, help_text="PodsReady's last transition; null: never ready yet"
+    )
+    requeue_count = models.PositiveIntegerField(default=0, help_text="requeueState.count")
+    requeue_at = models.DateTimeField(
+        null=True, blank=True, help_text="requeueState.requeueAt: queued again from then"
+    )
+    active = models.BooleanField(default=True, help_text="spec.active; false: deactivated")
     # Simulated training progress (Jobs and JobSets).
     start_step = models.PositiveIntegerField(default=0)
     training_started_at = models.DateTimeField(null=True, blank=True)
@@ -368,6 +409,24 @@ class KubeWatch(models.Model):
     resource_version = models.CharField(max_length=64, blank=True)
     leased_until = models.DateTimeField(
         null=True, blank=True, help_text="a worker is watching until then; expired: nobody is"
+    )
+    unreadable = models.JSONField(
+        default=dict, help_text="Objects that failed to parse: key -> the error, shown to admins"
+    )
+    # The connection's health, shown on the cluster's page (workloads/kube/connection.py).
+    last_event_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the last change (or list) was ingested"
+    )
+    lag_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="of the last change: from its write at the apiserver to its ingestion",
+    )
+    disconnected_at = models.DateTimeField(
+        null=True, blank=True, help_text="the watch dropped or failed then; null once it is back"
+    )
+    errors = models.JSONField(
+        default=list, blank=True, help_text="the last apiserver errors, newest last (bounded)"
     )
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -61,6 +61,22 @@ def parse_quantity(value: str | int | float, *, field: str, bounded: bool = True
     return math.ceil(amount.scaleb(3))
 
 
+def parse_weight(value: str | int | float, *, field: str) -> float:
+    """A non-negative quantity as a float, as Kueue reads weights (`AsApproximateFloat64`):
+    "0.5", "500m" and 2 alike. At most MAX_UNITS, binary suffixes included."""
+    amount = _decimal(value, field)
+    if amount < 0:
+        raise QuantityError(field, value, "must not be negative")
+    if amount > MAX_UNITS:
+        raise QuantityError(field, value, f"is too large: at most {MAX_UNITS}")
+    return float(amount)
+
+
+def format_weight(weight: float) -> str | int:
+    """A weight as a manifest writes it: 1 stays an integer, 0.5 is "0.5"."""
+    return int(weight) if weight.is_integer() else repr(weight)
+
+
 def _decimal(value: object, field: str) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise QuantityError(field, value)

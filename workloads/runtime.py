@@ -20,23 +20,28 @@ import scheduler
 from clusters.models import Cluster, Node
 from events.services import record_events
 from scheduler.topology import HOSTNAME
-from workloads import checkpoints, pods, slicing
+from workloads import checkpoints, live, pods, slicing
 from workloads.history import admitted_events, workload_event, workload_event_row
-from workloads.models import Checkpoint, Pod, Workload
-from workloads.snapshot import affinity, cluster_nodes, toleration
+from workloads.models import Pod, Workload
+from workloads.snapshot import affinity, cluster_nodes, configuration, toleration
 
 TRAINING_KINDS = ("Job", "JobSet")
+CATCH_UP_CHECKPOINTS = 10
+"""The most checkpoints one round records for a job; older ones are skipped."""
 
 
 def simulate_round(cluster: Cluster, now: datetime, *, first: bool = True) -> bool:
     """One round of the simulated cluster at `now`. Training progresses with the clock alone:
     after the first round at an instant, only jobs that started this round have steps to take."""
-    with transaction.atomic():
+    with transaction.atomic(), live.pod_changes(cluster, now):
         changed = stop_evicted(cluster, now)
         changed |= slicing.activate(cluster, now)
         changed |= _promote_checked(cluster, now)
         changed |= _bind_pods(cluster, now)
         became_ready = _ready_pods(cluster, now)
+        changed |= _track_pods_ready(cluster, now)
+        changed |= _pods_ready_timeouts(cluster, now)
+        changed |= _end_backoff(cluster, now)
         # Training starts when a job's last pod becomes ready, and only then.
         if became_ready:
             changed |= _start_training(cluster)
@@ -66,6 +71,7 @@ def stop_evicted(cluster: Cluster, now: datetime) -> bool:
         Workload.objects.filter(cluster=cluster, evicting=True).select_related("owner", "cluster")
     )
     slicing.release(rows, now)
+    live.touch(row.owner_id for row in rows)
     for row in rows:
         lost = 0
         if row.training_started_at is not None:
@@ -75,6 +81,7 @@ def stop_evicted(cluster: Cluster, now: datetime) -> bool:
         row.admission = None
         row.evicting = False
         row.quota_reserved_at = row.admitted_at = row.training_started_at = None
+        row.pods_ready, row.pods_ready_changed_at = False, None
         row.steps_lost += lost
         if pods.is_pod_owned(row.owner):
             row.queued_at = now  # a recreated pod is a new workload in Kueue's queue order
@@ -88,14 +95,111 @@ def stop_evicted(cluster: Cluster, now: datetime) -> bool:
             message=f"evicted ({row.eviction_reason}), quota released; "
             f"{lost} training steps lost since the last checkpoint",
         )
-        workload_event(
-            "workload.requeued",
-            row,
-            now,
-            message=f"requeued in LocalQueue {row.queue_name}",
-        )
+        # In its back-off, or deactivated, it is not queued (yet): _end_backoff requeues it.
+        if row.active and row.requeue_at is None:
+            _requeued(row, now)
     if rows:
         unpark(cluster)
+    return bool(rows)
+
+
+def _requeued(row: Workload, now: datetime) -> None:
+    workload_event(
+        "workload.requeued", row, now, message=f"requeued in LocalQueue {row.queue_name}"
+    )
+
+
+def _track_pods_ready(cluster: Cluster, now: datetime) -> bool:
+    """Kueue's PodsReady condition: true once all the admitted workload's pods are ready,
+    false again (waiting for recovery) when one of them stops being ready."""
+    changed = False
+    rows = (
+        Workload.objects.filter(cluster=cluster, phase=Workload.Phase.ADMITTED, evicting=False)
+        .annotate(pod_count=Count("pods"), ready_count=Count("pods", filter=Q(pods__ready=True)))
+        .values_list("pk", "pods_ready", "pod_count", "ready_count")
+    )
+    for pk, ready, count, ready_count in rows:
+        all_ready = count > 0 and ready_count == count
+        if all_ready != ready:
+            Workload.objects.filter(pk=pk).update(pods_ready=all_ready, pods_ready_changed_at=now)
+            changed = True
+    return changed
+
+
+def _pods_ready_deadline(row: Workload, wait: Mapping[str, Any]) -> datetime | None:
+    """Kueue `WorkloadReconciler.admittedNotReadyWorkload`: `timeout` from admission until
+    the pods are first ready, `recoveryTimeout` ("0s": none) after they stop being ready."""
+    if not wait["enable"] or row.pods_ready or row.admitted_at is None:
+        return None
+    if row.pods_ready_changed_at is None:
+        return row.admitted_at + timedelta(seconds=wait["timeout"])
+    if not wait["recovery_timeout"]:
+        return None
+    return row.pods_ready_changed_at + timedelta(seconds=wait["recovery_timeout"])
+
+
+def backoff_seconds(count: int, base: int, cap: int) -> int:
+    """Kueue `workload.UpdateRequeueState`: base * 2^(count-1), at most `cap`. Kueue adds a
+    tiny random jitter (0.01%); the simulator adds none, to stay deterministic."""
+    return min(base << (count - 1), cap)
+
+
+def _pods_ready_timeouts(cluster: Cluster, now: datetime) -> bool:
+    """Admitted workloads whose pods missed their deadline are evicted (PodsReadyTimeout) with
+    a requeuing back-off, or deactivated past `backoffLimitCount` (Kueue `reconcileNotReadyTimeout`,
+    `triggerDeactivation`)."""
+    wait = configuration(cluster)["wait_for_pods_ready"]
+    if not wait["enable"]:
+        return False
+    strategy = wait["requeuing_strategy"]
+    limit = strategy["backoff_limit_count"]
+    rows = [
+        row
+        for row in Workload.objects.filter(
+            cluster=cluster, phase=Workload.Phase.ADMITTED, evicting=False, pods_ready=False
+        ).select_related("owner", "cluster")
+        if (deadline := _pods_ready_deadline(row, wait)) is not None and deadline <= now
+    ]
+    for row in rows:
+        row.evicting = True
+        if limit is not None and row.requeue_count + 1 > limit:
+            # Deactivated: spec.active=false, evicted with reason Deactivated, requeueState gone.
+            row.active, row.requeue_count, row.requeue_at = False, 0, None
+            row.eviction_reason = "Deactivated"
+            row.pending_reason = "RequeuingLimitExceeded"
+            row.pending_message = (
+                "The workload is deactivated due to exceeding the maximum number of "
+                "re-queuing retries"
+            )
+        else:
+            row.requeue_count += 1
+            wait_for = backoff_seconds(
+                row.requeue_count,
+                strategy["backoff_base_seconds"],
+                strategy["backoff_max_seconds"],
+            )
+            row.requeue_at = now + timedelta(seconds=wait_for)
+            row.eviction_reason = "PodsReadyTimeout"
+            row.pending_reason = "PodsReadyTimeout"
+            row.pending_message = f"Exceeded the PodsReady timeout {row.namespace}/{row.name}"
+            if strategy["timestamp"] == "Eviction":
+                row.queued_at = now  # Kueue `GetQueueOrderTimestamp`: the eviction time
+        row.save()
+    return bool(rows)
+
+
+def _end_backoff(cluster: Cluster, now: datetime) -> bool:
+    """Back-off over: the workload is queued again (Kueue: Requeued=True, BackoffFinished)."""
+    rows = list(
+        Workload.objects.filter(
+            cluster=cluster, phase=Workload.Phase.PENDING, evicting=False, requeue_at__lte=now
+        ).select_related("owner", "cluster")
+    )
+    for row in rows:
+        Workload.objects.filter(pk=row.pk).update(
+            requeue_at=None, pending_reason="", pending_message=""
+        )
+        _requeued(row, now)
     return bool(rows)
 
 
@@ -148,6 +252,7 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
         if target is not None:
             ready_at = now + timedelta(seconds=pod.owner.simulation.get("startup", 30))
             bound[(fleet.ids[target], ready_at)].append(pod.pk)
+            live.touch([pod.owner_id])
     for (node_id, ready_at), pks in bound.items():
         Pod.objects.filter(pk__in=pks).update(node_id=node_id, bound_at=now, ready_at=ready_at)
     return bool(bound)
@@ -207,11 +312,14 @@ def exclusive_owners(cluster: Cluster) -> dict[tuple[str, str], str]:
 
 
 def _ready_pods(cluster: Cluster, now: datetime) -> bool:
-    return bool(
-        Pod.objects.filter(
-            cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=False, ready_at__lte=now
-        ).update(phase=Pod.Phase.RUNNING, ready=True)
+    due = Pod.objects.filter(
+        cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=False, ready_at__lte=now
     )
+    owners = set(due.values_list("owner_id", flat=True))
+    if not owners:
+        return False
+    live.touch(owners)
+    return bool(due.update(phase=Pod.Phase.RUNNING, ready=True))
 
 
 def _training_rows(cluster: Cluster, *, started: bool) -> list[Workload]:
@@ -234,12 +342,7 @@ def _training_rows(cluster: Cluster, *, started: bool) -> list[Workload]:
     )
     if rows:
         # A second query only when there are rows: grouping every column is costly to build.
-        latest = dict(
-            Checkpoint.objects.filter(owner_id__in={row.owner_id for row in rows})
-            .values("owner_id")
-            .annotate(step=Max("step"))
-            .values_list("owner_id", "step")
-        )
+        latest = checkpoints.latest_steps({row.owner_id for row in rows})
         for row in rows:
             row.last_checkpoint = latest.get(row.owner_id)  # type: ignore[attr-defined]
     return rows
@@ -253,11 +356,20 @@ def _last_checkpoint(row: Workload) -> int:
 def _progress_training(cluster: Cluster, now: datetime) -> bool:
     changed = False
     done = []
+    running: list[Workload] = []
+    steps: dict[int, int] = {}
+    saved: set[int] = set()
     for row in _training_rows(cluster, started=True):
-        changed |= _checkpoint(row, now)
+        if _checkpoint(row, now):
+            changed = True
+            saved.add(row.pk)
         sim = _sim(row)
-        if sim["total_steps"] and current_step(row, now) >= sim["total_steps"]:
+        steps[row.pk] = current_step(row, now)
+        if sim["total_steps"] and steps[row.pk] >= sim["total_steps"]:
             done.append(row)
+        else:
+            running.append(row)
+    live.report_progress(cluster, running, steps, saved, now)
     for row in done:
         finish([row], _time_of_step(row, _sim(row)["total_steps"]), Workload.Phase.FINISHED)
     return changed or bool(done)
@@ -298,7 +410,9 @@ def _checkpoint(row: Workload, now: datetime) -> bool:
         return False
     last = max(_last_checkpoint(row), row.start_step)
     reached = current_step(row, now)
-    steps = range((last // every + 1) * every, reached + 1, every)
+    # Catching up after a long pause (a live cluster nobody ticked) records only the latest
+    # few: a resume reads the newest, and millions of rows would hold the admission lock.
+    steps = range((last // every + 1) * every, reached + 1, every)[-CATCH_UP_CHECKPOINTS:]
     for step in steps:
         try:
             checkpoints.record(row, step, _time_of_step(row, step))
@@ -314,6 +428,7 @@ def finish(rows: Sequence[Workload], at: datetime, phase: str) -> None:
     pod_phase = Pod.Phase.SUCCEEDED if phase == Workload.Phase.FINISHED else Pod.Phase.FAILED
     kind = "workload.finished" if phase == Workload.Phase.FINISHED else "workload.failed"
     ids = [row.pk for row in rows]
+    live.touch(row.owner_id for row in rows)
     slicing.release(rows, at)
     Workload.objects.filter(pk__in=ids).update(phase=phase, finished_at=at, evicting=False)
     Pod.objects.filter(workload_id__in=ids).update(phase=pod_phase, node=None, ready=False)
@@ -321,6 +436,26 @@ def finish(rows: Sequence[Workload], at: datetime, phase: str) -> None:
         [workload_event_row(kind, row, at, f"{row.owner.key} {phase.lower()}") for row in rows]
     )
     unpark(rows[0].cluster)
+
+
+def _pods_ready_times(cluster: Cluster) -> list[datetime]:
+    """waitForPodsReady deadlines and back-off ends, so that `advance` stops at them."""
+    wait = configuration(cluster)["wait_for_pods_ready"]
+    times = [
+        at
+        for at in Workload.objects.filter(
+            cluster=cluster, phase=Workload.Phase.PENDING, requeue_at__isnull=False
+        ).values_list("requeue_at", flat=True)
+        if at is not None
+    ]
+    waiting = Workload.objects.filter(
+        cluster=cluster, phase=Workload.Phase.ADMITTED, evicting=False, pods_ready=False
+    ).only("pods_ready", "pods_ready_changed_at", "admitted_at")
+    for row in waiting:
+        deadline = _pods_ready_deadline(row, wait)
+        if deadline is not None:
+            times.append(deadline)
+    return times
 
 
 def next_event_at(cluster: Cluster) -> datetime | None:
@@ -342,6 +477,7 @@ def next_event_at(cluster: Cluster) -> datetime | None:
             candidates.append(sim["total_steps"])
         if candidates:
             times.append(_time_of_step(row, min(candidates)))
+    times += _pods_ready_times(cluster)
     activation = slicing.next_activation(cluster)
     if activation is not None:
         times.append(activation)

@@ -22,12 +22,14 @@ from events.models import Event
 from events.services import serialize
 from workloads import admission, services, status
 from workloads.durations import parse_duration
-from workloads.manifests import ManifestError
+from workloads.manifests import Document, ManifestError
+from workloads.manifests.fields import Fields
 from workloads.quantities import QuantityError, parse_quantity
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 ACTIONS = ("apply", "scale", "delete", "advance", "finish", "fail", "expect")
 QUANTITY_FIELDS = ("usage", "borrowed")
+BY_FLAVOR_FIELD = "usageByFlavor"  # flavor -> resource -> quantity
 # Replay runs on its own clock: admission at each step's instant, never by a worker later.
 NOW = services.Admit.NOW
 
@@ -69,6 +71,8 @@ def load(path: Path) -> dict[str, Any]:
     for key, kind in (("name", str), ("cluster", dict), ("steps", list)):
         if not isinstance(data.get(key), kind):
             raise ScenarioError(f"{path}: '{key}' must be a {kind.__name__}")
+    if not isinstance(data.get("configuration", {}), dict):
+        raise ScenarioError(f"{path}: 'configuration' must be a Kueue Configuration document")
     for index, step in enumerate(data["steps"]):
         actions = [a for a in ACTIONS if isinstance(step, dict) and a in step]
         if len(actions) != 1:
@@ -105,6 +109,8 @@ class _Runner:
         last = Event.objects.order_by("-pk").first()
         self.first_seq = last.pk if last else 0
         self.cluster = self._make_cluster(data["cluster"])
+        if "configuration" in data:
+            self._configure(data["configuration"])
 
     def _make_cluster(self, spec: Mapping[str, Any]) -> Cluster:
         name = str(spec.get("name") or self.data["name"])
@@ -125,6 +131,25 @@ class _Runner:
             except (KeyError, ValueError, TypeError, CatalogError) as error:
                 raise ScenarioError(f"{self.path}: cluster.nodePools[{index}]: {error}") from error
         return cluster
+
+    def _configure(self, document: Mapping[str, Any]) -> None:
+        """The scenario's Kueue Configuration, applied (and validated) as the API applies it."""
+
+        def only_configuration(doc: Document) -> None:
+            if doc.kind != "Configuration":
+                raise Fields.of(doc).error("kind", doc.kind, "must be Configuration")
+
+        try:
+            services.apply(
+                self.cluster,
+                yaml.safe_dump(dict(document), sort_keys=False),
+                source="configuration",
+                now=self.now,
+                authorize=only_configuration,
+                admit=NOW,
+            )
+        except ManifestError as error:
+            raise ScenarioError(f"{self.path}: {error}") from error
 
     def run(self) -> None:
         for index, step in enumerate(self.data["steps"]):
@@ -225,18 +250,34 @@ class _Runner:
         for key, fields in expected.items():
             for name, want in (fields or {}).items():
                 got = actual.get(key, {}).get(name)
-                if not _matches(name, want, got):
+                try:
+                    matches = _matches(name, want, got, where=f"expect.{key}.{name}")
+                except QuantityError as error:
+                    raise StepError(str(error)) from error
+                if not matches:
                     failures.append({"object": key, "field": name, "expected": want, "actual": got})
         return failures
 
 
-def _matches(name: str, want: Any, got: Any) -> bool:
+def _matches(name: str, want: Any, got: Any, *, where: str) -> bool:
     if name in QUANTITY_FIELDS and isinstance(want, dict):
-        if not isinstance(got, dict):
-            return False
-        return all(  # status quantities are sums: unbounded
-            parse_quantity(str(v), field=f"{name}.{r}", bounded=False)
-            == parse_quantity(str(got.get(r, "0")), field=f"{name}.{r}", bounded=False)
-            for r, v in want.items()
+        return _quantities_match(want, got, where)
+    if name == BY_FLAVOR_FIELD and isinstance(want, dict):
+        return isinstance(got, dict) and all(
+            _quantities_match(resources, got.get(str(flavor), {}), f"{where}.{flavor}")
+            for flavor, resources in want.items()
         )
     return bool(want == got)
+
+
+def _quantities_match(want: Any, got: Any, where: str) -> bool:
+    """Resource -> quantity, compared as quantities; a resource missing from `got` is 0."""
+    if not isinstance(want, dict):
+        raise QuantityError(where, want, "must map resource names to quantities")
+    if not isinstance(got, dict):
+        return False
+    return all(  # the expected ones are read as any quantity; status ones are sums: unbounded
+        parse_quantity(str(v), field=f"{where}.{r}")
+        == parse_quantity(str(got.get(r, "0")), field=f"{where}.{r}", bounded=False)
+        for r, v in want.items()
+    )

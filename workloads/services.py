@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -18,7 +18,7 @@ from kubernetes import client
 from clusters.models import Cluster
 from events.audit import record_audit
 from events.services import deferred_events, record_event
-from workloads import admission, manifests, pods, runtime, slicing, tasks
+from workloads import admission, live, manifests, pods, runtime, slicing, tasks
 from workloads.durations import parse_duration
 from workloads.history import object_event, workload_event
 from workloads.kube import apply as kube_apply
@@ -127,7 +127,10 @@ def apply(
             with _on_cluster(cluster) as api:
                 if api is not None:
                     for doc in documents:
-                        kube_apply.apply(api, doc.body, doc.namespace or "")
+                        # Kueue objects are never forced: a field another manager owns is a
+                        # conflict for the admin (409), not a silent takeover.
+                        force = doc.kind not in QUEUE_KINDS
+                        kube_apply.apply(api, doc.body, doc.namespace or "", force=force)
     except (ManifestError, KubeError) as error:
         # Nothing of the request was stored; the refusal itself is part of the history.
         where = (
@@ -221,6 +224,8 @@ def _apply_one(
         lookups.changed(doc.kind)
         return _apply_queue_object(cluster, doc, plan.spec, now, actor)
     existing = lookups.objects.get((doc.kind, doc.namespace or "", doc.name))
+    if existing is not None:
+        _refuse_foreign(existing)
     if existing is not None and existing.manifest == doc.body:
         return Applied(doc.key, "unchanged", existing.pk)
     sim = _simulation(doc, plan.shape, simulation.get(doc.key, {}))
@@ -258,16 +263,48 @@ def _apply_one(
     return Applied(doc.key, action, obj.pk)
 
 
-def _apply_queue_object(
-    cluster: Cluster, doc: Document, spec: dict[str, Any], now: datetime, actor: User | None
-) -> Applied:
+class ManagedElsewhere(ValueError):
+    """An apply or delete of a Kueue object read from the cluster that no admin adopted."""
+
+
+def _queue_row(
+    cluster: Cluster, doc: Document, spec: Mapping[str, Any]
+) -> tuple[type[Any], dict[str, Any], dict[str, Any]]:
+    """The model, the lookup of the document's row and the columns its spec fills."""
     model = QUEUE_MODELS[doc.kind]
     lookup: dict[str, Any] = {"cluster": cluster, "name": doc.name}
     if model.NAMESPACED:
         lookup["namespace"] = doc.namespace
     columns = _queue_columns(doc.kind, spec)
-    row = model._default_manager.filter(**lookup).first()
-    if row is not None and row.spec == spec and row.manifest == doc.body:
+    if model.SINGLETON:
+        # One per cluster: applying one under another name replaces it.
+        lookup, columns = {"cluster": cluster}, {**columns, "name": doc.name}
+    return model, lookup, columns
+
+
+def refuse_unadopted(row: Any) -> None:
+    if row is not None and row.managed_elsewhere:
+        raise ManagedElsewhere(
+            f"{row.key} is managed elsewhere (it was read from cluster {row.cluster.name}); "
+            "an admin must adopt it before Accelplane changes it"
+        )
+
+
+def _refuse_foreign(obj: KubeObject) -> None:
+    if obj.managed_elsewhere:
+        raise ManagedElsewhere(
+            f"{obj.key} was not submitted through Accelplane (it is managed elsewhere); "
+            "change it where it was made"
+        )
+
+
+def _apply_queue_object(
+    cluster: Cluster, doc: Document, spec: dict[str, Any], now: datetime, actor: User | None
+) -> Applied:
+    model, lookup, columns = _queue_row(cluster, doc, spec)
+    row = model._default_manager.filter(**lookup).select_related("cluster").first()
+    refuse_unadopted(row)
+    if row is not None and row.spec == spec and row.manifest == doc.body and row.name == doc.name:
         return Applied(doc.key, "unchanged", row.pk)
     before = None if row is None else rendered(row)
     if row is None:
@@ -280,19 +317,123 @@ def _apply_queue_object(
             **columns, spec=spec, manifest=doc.body, updated_at=now
         )
         action = "configured"
-    record_event(
-        f"{doc.kind.lower()}.{action}",
-        at=now,
-        cluster=cluster.name,
-        namespace=doc.namespace or "",
-        object_key=doc.key,
-        message=f"{doc.key} {action}",
-    )
     after = manifests.render(doc.kind, doc.name, lookup.get("namespace"), spec)
-    record_audit(actor, action, doc.key, cluster=cluster.name, before=before, after=after)
+    _record_queue_change(
+        cluster, doc.kind, doc.namespace, doc.key, action, now, actor, before=before, after=after
+    )
     # Queue, flavor or cohort changes may make room: Kueue requeues inadmissible workloads.
     runtime.unpark(cluster)
     return Applied(doc.key, action, row.pk)
+
+
+def observe_queue_object(
+    cluster: Cluster, doc: Document, spec: dict[str, Any], now: datetime
+) -> None:
+    """A Kueue object as its cluster's watch reads it: a new one is managed elsewhere until
+    adopted; the spec of every row follows the cluster (Kueue admits by it), the manifest of
+    one Accelplane applied stays as applied."""
+    model, lookup, columns = _queue_row(cluster, doc, spec)
+    # get_or_create: Accelplane's own apply of the object may be committing at this moment.
+    row, created = model._default_manager.get_or_create(
+        **lookup,
+        defaults={
+            **columns,
+            "spec": spec,
+            "manifest": doc.body,
+            "managed_elsewhere": True,
+            "created_at": now,
+            "updated_at": now,
+        },
+    )
+    if created or (row.spec == spec and row.name == doc.name):
+        return
+    changed = {**columns, "spec": spec, "updated_at": now}
+    if row.managed_elsewhere:
+        changed["manifest"] = doc.body
+    model._default_manager.filter(pk=row.pk).update(**changed)
+
+
+def forget_queue_objects(cluster: Cluster, kind: str, keep: Iterable[tuple[str, str]]) -> None:
+    """Objects managed elsewhere that are gone from the cluster: all of `kind` but `keep`
+    ((namespace, name) pairs; namespace "" for cluster-scoped kinds). A row Accelplane owns
+    stays: it is deleted through Accelplane."""
+    model = QUEUE_MODELS[kind]
+    kept = set(keep)
+    rows = model._default_manager.filter(cluster=cluster, managed_elsewhere=True)
+    gone = [row.pk for row in rows if (getattr(row, "namespace", ""), row.name) not in kept]
+    model._default_manager.filter(pk__in=gone).delete()
+
+
+def adopt_queue_object(
+    cluster: Cluster,
+    kind: str,
+    name: str,
+    namespace: str | None,
+    now: datetime,
+    *,
+    actor: User | None = None,
+) -> Any:
+    """An admin takes over a Kueue object read from the cluster: from now on Accelplane's
+    applies change it, by server-side apply as its field manager, without forcing: a field
+    another manager (kubectl, Helm) owns is a conflict to resolve, never taken silently."""
+    with transaction.atomic():
+        row = _locked_queue_object(cluster, kind, name, namespace)
+        if not row.managed_elsewhere:
+            return row
+        row.managed_elsewhere = False
+        row.updated_at = now
+        row.save(update_fields=["managed_elsewhere", "updated_at"])
+        _record_queue_change(
+            cluster,
+            kind,
+            namespace,
+            row.key,
+            "adopted",
+            now,
+            actor,
+            message=f"{row.key} adopted: Accelplane applies its changes from now on",
+            after=rendered(row),
+        )
+    return row
+
+
+def _record_queue_change(
+    cluster: Cluster,
+    kind: str,
+    namespace: str | None,
+    key: str,
+    action: str,
+    now: datetime,
+    actor: User | None,
+    *,
+    message: str = "",
+    before: Any = None,
+    after: Any = None,
+) -> None:
+    """The `<kind>.<action>` event (message by default "<key> <action>") and the actor's
+    audit entry for a change to a Kueue object."""
+    record_event(
+        f"{kind.lower()}.{action}",
+        at=now,
+        cluster=cluster.name,
+        namespace=namespace or "",
+        object_key=key,
+        message=message or f"{key} {action}",
+    )
+    record_audit(actor, action, key, cluster=cluster.name, before=before, after=after)
+
+
+def _locked_queue_object(cluster: Cluster, kind: str, name: str, namespace: str | None) -> Any:
+    """The stored `kind` object, row-locked for the caller's transaction; ObjectNotFound if
+    there is none (namespace is ignored for cluster-scoped kinds)."""
+    model = QUEUE_MODELS[kind]
+    lookup: dict[str, Any] = {"cluster": cluster, "name": name}
+    if model.NAMESPACED:
+        lookup["namespace"] = namespace or ""
+    row = model._default_manager.select_for_update().filter(**lookup).first()
+    if row is None:
+        raise ObjectNotFound(f"{kind} {name} not found in cluster {cluster.name}")
+    return row
 
 
 def rendered(row: Any) -> dict[str, Any]:
@@ -477,8 +618,10 @@ def scale(
     obj: KubeObject, replicas: int, now: datetime, *, admit: Admit = Admit.AS_CONFIGURED
 ) -> None:
     """`kubectl scale` for Deployments and LeaderWorkerSets."""
+    _refuse_foreign(obj)
     body = manifests.scale(_as_document(obj, obj.manifest), replicas)
-    with transaction.atomic():
+    with transaction.atomic(), live.pod_changes(obj.cluster, now):
+        live.touch([obj.pk])  # pods removed by a scale-down: reported as they go
         _scale_to(obj, replicas, now, body, _Lookups(obj.cluster, []))
         with _on_cluster(obj.cluster) as api:
             if api is not None:
@@ -548,15 +691,12 @@ def _remove_workloads(obj: KubeObject, now: datetime) -> None:
 
 
 def delete(obj: KubeObject, now: datetime, *, admit: Admit = Admit.AS_CONFIGURED) -> None:
+    _refuse_foreign(obj)
     cluster = obj.cluster
     with transaction.atomic():
+        held = live.released(obj)
         _remove_workloads(obj, now)
-        object_event(
-            "object.deleted",
-            obj,
-            now,
-            message=f"{obj.key} deleted",
-        )
+        object_event("object.deleted", obj, now, message=f"{obj.key} deleted", **held)
         obj.delete()
         with _on_cluster(cluster) as api:
             if api is not None:
@@ -596,14 +736,9 @@ def delete_queue_object(
 ) -> None:
     """Delete a Kueue object, unless something still needs it (Kueue's finalizers, in effect).
     Admission then runs at `now` as `admit` says."""
-    model = QUEUE_MODELS[kind]
-    lookup: dict[str, Any] = {"cluster": cluster, "name": name}
-    if model.NAMESPACED:
-        lookup["namespace"] = namespace or ""
     with transaction.atomic():
-        row = model._default_manager.select_for_update().filter(**lookup).first()
-        if row is None:
-            raise ObjectNotFound(f"{kind} {name} not found in cluster {cluster.name}")
+        row = _locked_queue_object(cluster, kind, name, namespace)
+        refuse_unadopted(row)
         problem = _still_needed(cluster, row)
         if problem:
             raise InUse(f"{row.key} {problem}")
@@ -611,17 +746,11 @@ def delete_queue_object(
         with _on_cluster(cluster) as api:
             if api is not None:
                 api_version = row.manifest.get("apiVersion") or _API_VERSIONS.get(kind, KUEUE)
-                namespace_of = lookup.get("namespace", "")
+                namespace_of = row.namespace if row.NAMESPACED else ""
                 kube_apply.delete(api, ObjectRef.of(api_version, kind, namespace_of, name))
-        record_event(
-            f"{kind.lower()}.deleted",
-            at=now,
-            cluster=cluster.name,
-            namespace=namespace or "",
-            object_key=row.key,
-            message=f"{row.key} deleted",
+        _record_queue_change(
+            cluster, kind, namespace, row.key, "deleted", now, actor, before=rendered(row)
         )
-        record_audit(actor, "deleted", row.key, cluster=cluster.name, before=rendered(row))
         runtime.unpark(cluster)
     _admit(cluster, now, admit)
 
@@ -634,11 +763,10 @@ def _still_needed(cluster: Cluster, row: Any) -> str | None:
     # No LocalQueue rule: Kueue puts no finalizer on LocalQueues. Its admitted workloads keep
     # their quota; its pending ones wait, Misconfigured, until it is applied again.
     if row.KIND in ("ResourceFlavor", "AdmissionCheck"):
-        field = "flavors" if row.KIND == "ResourceFlavor" else "admission_checks"
         users = [
             cq.name
             for cq in QUEUE_MODELS["ClusterQueue"]._default_manager.filter(cluster=cluster)
-            if row.name in _references(cq.spec, field)
+            if row.name in _references(manifests.ClusterQueueSpec.from_stored(cq.spec), row.KIND)
         ]
         return f"is used by ClusterQueue {', '.join(users)}" if users else None
     if row.KIND == "Topology":
@@ -651,11 +779,6 @@ def _still_needed(cluster: Cluster, row: Any) -> str | None:
     return None
 
 
-def _references(spec: Mapping[str, Any], field: str) -> set[str]:
-    if field == "flavors":
-        return {
-            flavor["name"]
-            for group in spec.get("resource_groups") or ()
-            for flavor in group["flavors"]
-        }
-    return {check["name"] for check in spec.get("admission_checks") or ()}
+def _references(spec: manifests.ClusterQueueSpec, kind: str) -> set[str]:
+    """The ResourceFlavors or AdmissionChecks a ClusterQueue names."""
+    return spec.flavor_names if kind == "ResourceFlavor" else set(spec.check_names)

@@ -17,6 +17,7 @@ from clusters.models import Cluster, Node
 from events.models import Event
 from events.services import record_events
 from workloads.history import workload_event_row
+from workloads.manifests import ClusterQueueSpec
 from workloads.manifests.slices import (
     CUBE_CHIPS,
     SLICE_TOPOLOGY_ANNOTATION,
@@ -46,7 +47,7 @@ def slice_checked_queues(cluster: Cluster) -> set[str]:
     return {
         row.name
         for row in ClusterQueue.objects.filter(cluster=cluster)
-        if any(c["name"] in checks for c in row.spec.get("admission_checks") or ())
+        if checks.intersection(ClusterQueueSpec.from_stored(row.spec).check_names)
     }
 
 

@@ -13,12 +13,16 @@ from django.db.models.functions import Cast, RowNumber
 
 import scheduler as s
 from clusters.models import Cluster, Node
-from scheduler.model import NodeSelectorTerm
+from scheduler.fairsharing import local_queue_usage
+from scheduler.model import AdmissionFairSharing, NodeSelectorTerm, SchedulingConfig
 from scheduler.topology import POD, request_from_annotations
+from workloads.manifests.clusterqueues import ClusterQueueSpec, CohortSpec
+from workloads.manifests.configuration import default_configuration
 from workloads.models import (
     AdmissionCheck,
     ClusterQueue,
     Cohort,
+    Configuration,
     LocalQueue,
     Pod,
     ResourceFlavor,
@@ -91,6 +95,7 @@ def pod_set(data: Mapping[str, Any], count: int | None = None) -> s.PodSet:
         tolerations=tuple(toleration(t) for t in data.get("tolerations") or ()),
         # Validated at apply (manifests.podsets), so this does not raise.
         topology_request=request_from_annotations(data.get("annotations") or {}),
+        min_count=data.get("min_count"),
     )
 
 
@@ -154,51 +159,27 @@ def admission_json(value: s.Admission) -> dict[str, Any]:
     }
 
 
-def _groups(groups: Iterable[Mapping[str, Any]]) -> tuple[s.ResourceGroup, ...]:
-    return tuple(
-        s.ResourceGroup(
-            tuple(g["covered_resources"]),
-            tuple(
-                s.FlavorQuotas(
-                    f["name"],
-                    {
-                        r["name"]: s.ResourceQuota(
-                            r["nominal_quota"], r.get("borrowing_limit"), r.get("lending_limit")
-                        )
-                        for r in f["resources"]
-                    },
-                )
-                for f in g["flavors"]
-            ),
-        )
-        for g in groups
-    )
-
-
 def cluster_queue(row: ClusterQueue, known_checks: set[str]) -> s.ClusterQueue:
-    spec = row.spec
-    preemption = spec.get("preemption") or {}
-    fungibility = spec.get("flavor_fungibility") or {}
-    checks = tuple(c["name"] for c in spec.get("admission_checks") or ())
+    spec = ClusterQueueSpec.from_stored(row.spec)
+    checks = spec.check_names
     return s.ClusterQueue(
         name=row.name,
-        resource_groups=_groups(spec.get("resource_groups") or ()),
+        resource_groups=spec.resource_groups,
         cohort=row.cohort_name or None,
-        queueing_strategy=s.QueueingStrategy(spec.get("queueing_strategy", "BestEffortFIFO")),
-        preemption=s.Preemption(
-            s.PreemptionPolicy(preemption.get("within_cluster_queue", "Never")),
-            s.PreemptionPolicy(preemption.get("reclaim_within_cohort", "Never")),
-            s.PreemptionPolicy(preemption.get("borrow_within_cohort", "Never")),
-            preemption.get("max_priority_threshold"),
-        ),
-        flavor_fungibility=s.FlavorFungibility(
-            s.FungibilityPolicy(fungibility.get("when_can_borrow", "MayStopSearch")),
-            s.FungibilityPolicy(fungibility.get("when_can_preempt", "TryNextFlavor")),
-        ),
+        queueing_strategy=spec.queueing_strategy,
+        preemption=spec.preemption,
+        flavor_fungibility=spec.flavor_fungibility,
         admission_checks=checks,
         # A ClusterQueue naming an AdmissionCheck that does not exist is inactive in Kueue.
-        active=spec.get("stop_policy", "None") == "None" and set(checks) <= known_checks,
+        active=spec.stop_policy == "None" and set(checks) <= known_checks,
+        fair_weight=spec.weight,
+        admission_fair_sharing=spec.admission_mode == "UsageBasedAdmissionFairSharing",
     )
+
+
+def cohort(row: Cohort) -> s.Cohort:
+    spec = CohortSpec.from_stored(row.spec)
+    return s.Cohort(row.name, row.parent_name or None, spec.resource_groups, spec.weight)
 
 
 def resource_flavor(row: ResourceFlavor) -> s.ResourceFlavor:
@@ -228,6 +209,7 @@ _WORKLOAD_COLUMNS = (
     "phase",
     "pending_reason",
     "pending_message",
+    "pods_ready",
 )
 
 
@@ -240,8 +222,13 @@ window fills up."""
 def _active_rows(cluster: Cluster, heads_per_queue: int) -> QuerySet[Workload]:
     """Every workload holding quota, and the first pending ones of each LocalQueue."""
     holding = Workload.objects.filter(cluster=cluster, phase__in=Workload.HOLDING_QUOTA)
+    # Not in a queue: in its requeuing back-off (waitForPodsReady), or deactivated.
     ranked = Workload.objects.filter(
-        cluster=cluster, phase=Workload.Phase.PENDING, parked=False
+        cluster=cluster,
+        phase=Workload.Phase.PENDING,
+        parked=False,
+        active=True,
+        requeue_at__isnull=True,
     ).annotate(
         queue_rank=Window(
             RowNumber(),
@@ -267,7 +254,7 @@ def _workloads(
     )
     for row in rows.values_list(*_WORKLOAD_COLUMNS):
         (pk, namespace, name, queue, priority, queued_at, sets, admitted, reserved_at) = row[:9]
-        (evicting, preempting, parked, phase, reason, message) = row[9:]
+        (evicting, preempting, parked, phase, reason, message, pods_ready) = row[9:16]
         key = f"{namespace}/{name}"
         ids[key] = pk
         if phase == Workload.Phase.PENDING:
@@ -285,6 +272,7 @@ def _workloads(
             s.Workload(
                 key=key,
                 cluster_queue=cq_by_queue.get((namespace, queue)),
+                local_queue=f"{namespace}/{queue}",
                 priority=priority,
                 created=queued_at.timestamp(),
                 pod_sets=_pod_sets_from_text(sets),
@@ -293,13 +281,15 @@ def _workloads(
                 evicting=evicting,
                 preempting=preempting,
                 parked=parked,
+                pods_ready=pods_ready,
             )
         )
     return workloads, ids, pending_state, held
 
 
 def load(cluster: Cluster, heads_per_queue: int = HEADS_PER_QUEUE) -> ClusterSnapshot:
-    """Queues, flavors, cohorts and the active workloads of a cluster in six queries; three more
+    """Queues, flavors, cohorts, the Configuration and the active workloads of a cluster in
+    seven queries; three more
     (topologies, nodes, bound pods) when a ResourceFlavor is topology-aware."""
 
     known_checks = set(
@@ -309,29 +299,67 @@ def load(cluster: Cluster, heads_per_queue: int = HEADS_PER_QUEUE) -> ClusterSna
         row.name: cluster_queue(row, known_checks)
         for row in ClusterQueue.objects.filter(cluster=cluster)
     }
-    cohorts = {
-        row.name: s.Cohort(
-            row.name, row.parent_name or None, _groups(row.spec.get("resource_groups") or ())
-        )
-        for row in Cohort.objects.filter(cluster=cluster)
-    }
+    cohorts = {row.name: cohort(row) for row in Cohort.objects.filter(cluster=cluster)}
     flavors = {
         row.name: resource_flavor(row) for row in ResourceFlavor.objects.filter(cluster=cluster)
     }
+    config = scheduling_config(configuration(cluster))
     cq_by_queue, stopped = {}, set()
-    for ns, name, cq, spec in LocalQueue.objects.filter(cluster=cluster).values_list(
-        "namespace", "name", "cluster_queue_name", "spec"
+    lq_usage, lq_weights = {}, {}
+    for ns, name, cq, spec, consumed in LocalQueue.objects.filter(cluster=cluster).values_list(
+        "namespace", "name", "cluster_queue_name", "spec", "consumed_resources"
     ):
         cq_by_queue[(ns, name)] = cq
         if (spec.get("stop_policy") or "None") != "None":
             stopped.add((ns, name))
+        if config.admission_fair_sharing is not None:
+            weight = spec.get("fair_weight")
+            lq_weights[f"{ns}/{name}"] = weight = 1.0 if weight is None else weight
+            afs = config.admission_fair_sharing
+            lq_usage[f"{ns}/{name}"] = local_queue_usage(consumed, weight, afs)
     workloads, ids, pending_state, held = _workloads(cluster, cq_by_queue, stopped, heads_per_queue)
     snapshot = s.Snapshot(
-        cluster_queues=cqs, cohorts=cohorts, flavors=flavors, workloads=tuple(workloads)
+        cluster_queues=cqs,
+        cohorts=cohorts,
+        flavors=flavors,
+        workloads=tuple(workloads),
+        config=config,
+        local_queue_usage=lq_usage,
+        local_queue_weights=lq_weights,
     )
     if any(f.topology_name for f in flavors.values()):
         snapshot = _with_topology(cluster, snapshot, _tas_workload_ids(workloads, ids))
     return ClusterSnapshot(cluster, snapshot, ids, pending_state, held)
+
+
+def configuration(cluster: Cluster) -> dict[str, Any]:
+    """The normal form of the cluster's Kueue Configuration (Kueue's defaults when none)."""
+    spec = Configuration.objects.filter(cluster=cluster).values_list("spec", flat=True).first()
+    return spec if spec is not None else default_configuration()
+
+
+def scheduling_config(spec: Mapping[str, Any]) -> SchedulingConfig:
+    """What the scheduler reads of a Configuration: feature gates as Kueue defaults them."""
+    gates = spec["feature_gates"]
+    fair, afs = spec["fair_sharing"], spec["admission_fair_sharing"]
+    wait = spec["wait_for_pods_ready"]
+    return SchedulingConfig(
+        fair_sharing=fair is not None,
+        fair_sharing_strategies=tuple(fair["preemption_strategies"])
+        if fair
+        else SchedulingConfig().fair_sharing_strategies,
+        # pkg/util/admissionfairsharing `Enabled`: configured and the gate (beta, on).
+        admission_fair_sharing=AdmissionFairSharing(
+            afs["usage_half_life_time"],
+            afs["usage_sampling_interval"],
+            afs["resource_weights"],
+        )
+        if afs is not None and gates.get("AdmissionFairSharing", True)
+        else None,
+        partial_admission=gates.get("PartialAdmission", True),
+        tas_balanced_placement=gates.get("TASBalancedPlacement", False),
+        block_admission=wait["enable"] and wait["block_admission"],
+    )
 
 
 def _with_topology(cluster: Cluster, snapshot: s.Snapshot, tas_ids: set[int]) -> s.Snapshot:

@@ -6,12 +6,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.db.models import Count, Max
+from django.db.models import Count
 
 from clusters.models import Cluster
 from scheduler import PODS, pod_set_request
+from workloads import checkpoints
+from workloads.manifests import ClusterQueueSpec
 from workloads.models import (
-    Checkpoint,
     ClusterQueue,
     KubeObject,
     LocalQueue,
@@ -26,6 +27,7 @@ TRAINING_KINDS = ("Job", "JobSet")
 # Pending reasons that mean no quota or flavor can ever fit the workload.
 INADMISSIBLE_REASONS = ("ExceedsMaxQuota", "NoMatchingFlavor")
 ADMITTED = Workload.Phase.ADMITTED
+PREEMPTED = "Preempted"  # Kueue's Evicted reason for a preemption; the Preempted one says why
 # What a status needs of a pod: ready, node id, phase, its node's pool name.
 PodFacts = tuple[bool, int | None, str, str | None]
 
@@ -69,14 +71,7 @@ def object_statuses(objects: Iterable[KubeObject]) -> dict[int, dict[str, Any]]:
             .values_list("workload__owner_id", "count")
         )
     training = [obj.pk for obj in objects if obj.kind in TRAINING_KINDS]
-    latest_step: dict[int, int] = {}
-    if training:
-        latest_step = dict(
-            Checkpoint.objects.filter(owner_id__in=training)
-            .values("owner_id")
-            .annotate(step=Max("step"))
-            .values_list("owner_id", "step")
-        )
+    latest_step = checkpoints.latest_steps(training) if training else {}
     return {
         obj.pk: _status(obj, workloads[obj.pk], pods[obj.pk], slices.get(obj.pk, 0), latest_step)
         for obj in objects
@@ -106,12 +101,28 @@ def _status(
     flavors = {f for w in admitted for p in w.assignments for f in p["flavors"].values()}
     if len(flavors) == 1:
         status["flavor"] = flavors.pop()
+    # Rows are in queue order: the first pending one is the next Kueue will try.
+    pending = next((w for w in rows if w.phase == Workload.Phase.PENDING), None)
+    if pending is not None and pending.pending_reason:
+        status["pendingReason"] = pending.pending_reason
+    reasons = sorted({r for w in rows if (r := latest_eviction_reason(w))})
+    if reasons:  # several only when a Deployment's pods or an LWS's groups differ
+        status["preemptionReason"] = reasons[0] if len(reasons) == 1 else reasons
     if obj.kind in TRAINING_KINDS:
         status["checkpointStep"] = latest_step.get(obj.pk, 0)
         resumed = [w.resumed_from_step for w in admitted if w.resumed_from_step is not None]
         if resumed:
             status["resumedFromStep"] = resumed[0]
     return status
+
+
+def latest_eviction_reason(row: Workload) -> str:
+    """Kueue's reason for the row's latest eviction: the Preempted condition's for a preemption
+    (InClusterQueue, InCohortReclamation...), else the Evicted condition's (PodsReadyTimeout...);
+    "" if it was never evicted."""
+    if row.eviction_reason and row.eviction_reason != PREEMPTED:
+        return row.eviction_reason
+    return row.preemption_reason
 
 
 def cluster_queue_status(cluster: Cluster) -> dict[str, dict[str, Any]]:
@@ -154,14 +165,15 @@ def _cq_fields(
 ) -> dict[str, Any]:
     total: dict[str, int] = defaultdict(int)
     borrowed: dict[str, int] = defaultdict(int)
-    for group in cq.spec.get("resource_groups") or ():
-        for flavor in group["flavors"]:
-            for quota in flavor["resources"]:
-                used = usage.get((flavor["name"], quota["name"]), 0)
-                total[quota["name"]] += used
-                borrowed[quota["name"]] += max(0, used - quota["nominal_quota"])
+    by_flavor: dict[str, dict[str, str]] = defaultdict(dict)
+    for flavor, resource, quota in ClusterQueueSpec.from_stored(cq.spec).quotas():
+        used = usage.get((flavor, resource), 0)
+        total[resource] += used
+        borrowed[resource] += max(0, used - quota.nominal)
+        by_flavor[flavor][resource] = format_quantity(resource, used)
     return {
         "usage": {r: format_quantity(r, v) for r, v in sorted(total.items())},
+        "usageByFlavor": dict(by_flavor),
         "borrowed": {r: format_quantity(r, v) for r, v in sorted(borrowed.items())},
         "pendingWorkloads": counts["pending"],
         "admittedWorkloads": counts["admitted"],
@@ -185,21 +197,18 @@ def queue_rows(cluster: Cluster) -> list[dict[str, Any]]:
         state = fields[cq.key]
         quotas = [
             {
-                "flavor": flavor["name"],
-                "resource": quota["name"],
-                "nominal": format_quantity(quota["name"], quota["nominal_quota"]),
-                "percent": _percent(state["usage"].get(quota["name"], "0"), quota),
+                "flavor": flavor,
+                "resource": resource,
+                "nominal": format_quantity(resource, quota.nominal),
+                "percent": _percent(state["usage"].get(resource, "0"), quota.nominal),
             }
-            for group in cq.spec.get("resource_groups") or ()
-            for flavor in group["flavors"]
-            for quota in flavor["resources"]
+            for flavor, resource, quota in ClusterQueueSpec.from_stored(cq.spec).quotas()
         ]
         rows.append({"queue": cq, "state": state, "quotas": quotas})
     return rows
 
 
-def _percent(used: str, quota: dict[str, Any]) -> int:
-    nominal = quota["nominal_quota"]
+def _percent(used: str, nominal: int) -> int:
     used_milli = parse_quantity(used, field="usage", bounded=False)  # a sum: may pass the bound
     return min(100, round(100 * used_milli / nominal)) if nominal else 0
 
@@ -225,23 +234,20 @@ def _usage_report(
     cq: ClusterQueue, usage: Mapping[tuple[str, str], int], pending: Mapping[str, int]
 ) -> dict[str, Any]:
     resources = []
-    for group in cq.spec.get("resource_groups") or ():
-        for flavor in group["flavors"]:
-            for quota in flavor["resources"]:
-                resource, nominal = quota["name"], quota["nominal_quota"]
-                used = usage.get((flavor["name"], resource), 0)
-                resources.append(
-                    {
-                        "flavor": flavor["name"],
-                        "resource": resource,
-                        "nominal": format_quantity(resource, nominal),
-                        "used": format_quantity(resource, used),
-                        "borrowed": format_quantity(resource, max(0, used - nominal)),
-                        "borrowing_limit": _limit(resource, quota.get("borrowing_limit")),
-                        "lending_limit": _limit(resource, quota.get("lending_limit")),
-                        "pending": format_quantity(resource, pending.get(resource, 0)),
-                    }
-                )
+    for flavor, resource, quota in ClusterQueueSpec.from_stored(cq.spec).quotas():
+        used = usage.get((flavor, resource), 0)
+        resources.append(
+            {
+                "flavor": flavor,
+                "resource": resource,
+                "nominal": format_quantity(resource, quota.nominal),
+                "used": format_quantity(resource, used),
+                "borrowed": format_quantity(resource, max(0, used - quota.nominal)),
+                "borrowing_limit": _limit(resource, quota.borrowing_limit),
+                "lending_limit": _limit(resource, quota.lending_limit),
+                "pending": format_quantity(resource, pending.get(resource, 0)),
+            }
+        )
     return {"name": cq.name, "cohort": cq.cohort_name or None, "resources": resources}
 
 

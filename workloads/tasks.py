@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
+from celery.signals import celeryd_init
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
@@ -10,7 +13,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from clusters.models import Cluster
-from workloads import admission
+from workloads import admission, live
 from workloads.kube import watch
 
 logger = logging.getLogger(__name__)
@@ -55,19 +58,43 @@ def settle_cluster(cluster_id: int) -> None:
 
 @shared_task(ignore_result=True)
 def tick_clusters() -> None:
-    """Live mode: move every running simulated cluster to the current wall time."""
+    """Live mode: move every running simulated cluster to the current wall time, and report
+    what the watches of real clusters mirrored since the last tick."""
     admission.tick_live()
+    live.report_mirrored(timezone.now())
 
 
 @shared_task(ignore_result=True)
 def watch_clusters() -> None:
     """Beat: a watch of each resource of every reachable GKE cluster that nobody is watching
-    (its lease)."""
+    (its lease), for the oldest ACCELPLANE_MAX_WATCHED_CLUSTERS clusters: the watcher's pool
+    has a thread for each of their sessions, and a session queued behind a full pool would
+    outlive its lease."""
     now = timezone.now()
-    for cluster_id in watch.watchable_clusters().values_list("pk", flat=True):
+    clusters = list(watch.watchable_clusters().order_by("pk").values_list("pk", "name"))
+    watched, unwatched = (
+        clusters[: settings.ACCELPLANE_MAX_WATCHED_CLUSTERS],
+        clusters[settings.ACCELPLANE_MAX_WATCHED_CLUSTERS :],
+    )
+    if unwatched:
+        logger.warning(
+            "not watching %s: ACCELPLANE_MAX_WATCHED_CLUSTERS is %d",
+            ", ".join(name for _, name in unwatched),
+            settings.ACCELPLANE_MAX_WATCHED_CLUSTERS,
+        )
+    for cluster_id, _ in watched:
         for resource in watch.WATCHED:
             if watch.claim(cluster_id, resource, now):
                 watch_resource.delay(cluster_id, resource)
+
+
+@celeryd_init.connect
+def size_the_watcher(conf: Any, options: dict[str, Any], **_: Any) -> None:
+    """The worker of the `watch` queue gets a thread per watch session it may run
+    (watch.watcher_threads) unless its command line sets --concurrency: threads are started
+    as sessions come, so the unused ones cost nothing."""
+    if "watch" in (options.get("queues") or ()) and not options.get("concurrency"):
+        conf.worker_concurrency = watch.watcher_threads()
 
 
 @shared_task(bind=True, ignore_result=True, acks_late=True)

@@ -51,6 +51,47 @@ class Operation:
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ExistingNodePool:
+    """A node pool as the provider reports it (to import it): what GKE says, not the catalog."""
+
+    name: str
+    machine_type: str
+    node_count: int
+    """Per zone, GKE's initialNodeCount."""
+    zones: tuple[str, ...]
+    status: str
+    status_message: str = ""
+    accelerator_type: str = ""
+    accelerator_count: int = 0
+    """Per node."""
+    min_node_count: int | None = None
+    max_node_count: int | None = None
+    """Autoscaling's bounds per zone; None: autoscaling is off."""
+    tpu_topology: str = ""
+    placement_type: str = ""
+    workload_policy: str = ""
+    reservation: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingCluster:
+    """A cluster as the provider reports it; endpoint and CA are what a kubeconfig needs."""
+
+    name: str
+    location: str
+    status: str
+    status_message: str
+    version: str
+    endpoint: str
+    ca_certificate: str
+    autopilot: bool = False
+    release_channel: str = ""
+    """blank: on no release channel"""
+    slice_controller: bool = False
+    node_pools: tuple[ExistingNodePool, ...] = ()
+
+
 class ProviderError(Exception):
     """A provider call failed; `permanent` failures are not retried."""
 
@@ -92,6 +133,9 @@ class Provider(Protocol):
 
     def delete_node_pool(self, spec: NodePoolSpec) -> Operation:
         """Start deleting a node pool; one already gone is a done operation."""
+
+    def list_clusters(self, project: str, location: str) -> list[ExistingCluster]:
+        """The clusters of a project and location, with their node pools (to import one)."""
 
 
 def check_pool(spec: NodePoolSpec) -> None:

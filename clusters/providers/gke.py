@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import google.auth.exceptions
@@ -29,6 +28,8 @@ from clusters import catalog
 from clusters.catalog import NodeTemplate
 from clusters.providers.base import (
     ClusterSpec,
+    ExistingCluster,
+    ExistingNodePool,
     KubernetesAccess,
     NodePoolSpec,
     Operation,
@@ -55,20 +56,6 @@ _FAILED = frozenset({"ERROR", "STOPPING"})
 # GKE runs one operation at a time on a cluster and refuses others with FAILED_PRECONDITION.
 _CLUSTER_BUSY = re.compile(r"incompatible operation|currently being", re.IGNORECASE)
 _RETRYABLE_STATUSES = frozenset({"ABORTED", "UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"})
-
-
-@dataclass(frozen=True, slots=True)
-class GkeCluster:
-    """What GKE reports about a cluster; endpoint and CA are what a kubeconfig needs."""
-
-    name: str
-    location: str
-    status: str
-    status_message: str
-    version: str
-    endpoint: str
-    ca_certificate: str
-    node_pools: tuple[str, ...]
 
 
 def make_client(
@@ -152,7 +139,7 @@ class GkeProvider:
 
     # Beyond the protocol: what the Kubernetes half of the gke provider and the UI will need.
 
-    def get_cluster(self, spec: ClusterSpec) -> GkeCluster:
+    def get_cluster(self, spec: ClusterSpec) -> ExistingCluster:
         with _google_errors(f"cluster {spec.name}", spec.project):
             return _cluster_view(self._client.get_cluster(name=cluster_path(spec)))
 
@@ -160,7 +147,7 @@ class GkeProvider:
         cluster = self.get_cluster(spec)
         return KubernetesAccess(cluster.endpoint, cluster.ca_certificate)
 
-    def list_clusters(self, project: str, location: str) -> list[GkeCluster]:
+    def list_clusters(self, project: str, location: str) -> list[ExistingCluster]:
         parent = location_path(ClusterSpec("", project, location))
         with _google_errors(f"clusters in {parent}", project):
             return [_cluster_view(c) for c in self._client.list_clusters(parent=parent).clusters]
@@ -333,8 +320,9 @@ def _object_operation(name: str, status: str, message: str) -> Operation:
     return Operation(id=name, done=status not in _PENDING)
 
 
-def _cluster_view(cluster: container_v1.Cluster) -> GkeCluster:
-    return GkeCluster(
+def _cluster_view(cluster: container_v1.Cluster) -> ExistingCluster:
+    channel = cluster.release_channel.channel.name
+    return ExistingCluster(
         name=cluster.name,
         location=cluster.location,
         status=cluster.status.name,
@@ -342,7 +330,46 @@ def _cluster_view(cluster: container_v1.Cluster) -> GkeCluster:
         version=cluster.current_master_version,
         endpoint=cluster.endpoint,
         ca_certificate=cluster.master_auth.cluster_ca_certificate,
-        node_pools=tuple(pool.name for pool in cluster.node_pools),
+        autopilot=cluster.autopilot.enabled,
+        release_channel="" if channel == "UNSPECIFIED" else channel,
+        slice_controller=cluster.addons_config.slice_controller_config.enabled,
+        node_pools=tuple(_pool_view(pool) for pool in cluster.node_pools),
+    )
+
+
+def _pool_view(pool: container_v1.NodePool) -> ExistingNodePool:
+    """GPUs as GKE reports them (config.accelerators); TPU hosts carry none there, so their
+    chips come from the catalog when it knows the machine type."""
+    accelerator, count = "", 0
+    if pool.config.accelerators:
+        accelerator = pool.config.accelerators[0].accelerator_type
+        count = sum(
+            a.accelerator_count
+            for a in pool.config.accelerators
+            if a.accelerator_type == accelerator
+        )
+    elif pool.config.machine_type in catalog.CATALOG:
+        machine = catalog.CATALOG[pool.config.machine_type]
+        accelerator, count = machine.accelerator or "", machine.accelerator_count
+    autoscaling = pool.autoscaling
+    placement = pool.placement_policy
+    affinity = pool.config.reservation_affinity
+    specific = affinity.consume_reservation_type.name == "SPECIFIC_RESERVATION"
+    return ExistingNodePool(
+        name=pool.name,
+        machine_type=pool.config.machine_type,
+        node_count=pool.initial_node_count,
+        zones=tuple(pool.locations),
+        status=pool.status.name,
+        status_message=pool.status_message,
+        accelerator_type=accelerator,
+        accelerator_count=count,
+        min_node_count=autoscaling.min_node_count if autoscaling.enabled else None,
+        max_node_count=autoscaling.max_node_count if autoscaling.enabled else None,
+        tpu_topology=placement.tpu_topology,
+        placement_type="" if placement.type_.name == "TYPE_UNSPECIFIED" else placement.type_.name,
+        workload_policy=placement.policy_name,
+        reservation=affinity.values[0] if specific and affinity.values else "",
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from clusters.catalog import NodeTemplate
 from clusters.providers.base import (
     ClusterSpec,
+    ExistingCluster,
     KubernetesAccess,
     NodePoolSpec,
     Operation,
@@ -60,3 +61,6 @@ class SimProvider:
 
     def delete_node_pool(self, spec: NodePoolSpec) -> Operation:
         return self._start("delete-node-pool", spec.name)
+
+    def list_clusters(self, project: str, location: str) -> list[ExistingCluster]:
+        return []  # a simulated project holds only the clusters Accelplane created

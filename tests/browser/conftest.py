@@ -205,3 +205,73 @@ def gpu_demo(cluster):
         admin=User.objects.create_superuser("admin", "admin@example.com", "s3cret-pass"),
         member=User.objects.get(username="ml-engineer"),
     )
+
+
+@pytest.fixture
+def admin(db):
+    """A platform admin (a superuser)."""
+    from django.contrib.auth.models import User
+
+    return User.objects.create_superuser("admin", "admin@example.com", "s3cret-pass")
+
+
+@pytest.fixture
+def provider_worker(settings):
+    """Play the worker for the provider operations a form started (the server has none):
+    `provider_worker()` finishes every cluster and node pool operation under way."""
+    from clusters import services as cluster_services
+
+    settings.ACCELPLANE_SIM_OPERATION_SECONDS = 0
+
+    def finish():
+        for pk in cluster_services.provisioning_cluster_ids():
+            while not cluster_services.reconcile_cluster(pk).done:
+                pass
+        for pk in cluster_services.provisioning_node_pool_ids():
+            while not cluster_services.reconcile_node_pool(pk).done:
+                pass
+
+    return finish
+
+
+class SimClock:
+    """A simulated cluster's clock, driven from the test as Celery beat's tick would:
+    `advance(seconds)` runs it ahead of the wall clock, `catch_up()` to the wall clock."""
+
+    def __init__(self, cluster, start):
+        self.cluster, self.now = cluster, start
+
+    def advance(self, seconds):
+        from datetime import timedelta
+
+        self._to(self.now + timedelta(seconds=seconds))
+
+    def catch_up(self):
+        from django.utils import timezone
+
+        self._to(max(self.now, timezone.now()))
+
+    def _to(self, end):
+        from workloads import admission
+
+        admission.advance(self.cluster, self.now, end)
+        self.now = end
+
+
+def watch_live(*pages):
+    """Wait for each page's live stream, and mark the document so `not_reloaded` can tell."""
+    from playwright.sync_api import expect
+
+    for page in pages:
+        expect(page.locator("#live-status")).to_have_text("live")
+        page.evaluate("window.notReloaded = true")
+
+
+def not_reloaded(*pages):
+    return all(page.evaluate("window.notReloaded === true") for page in pages)
+
+
+def running(row_locator):
+    """A workloads-list row's "Running pods" cell, found by its column's heading."""
+    headings = row_locator.page.locator("thead th").all_inner_texts()
+    return row_locator.locator("th, td").nth(headings.index("Running pods"))

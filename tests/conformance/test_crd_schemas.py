@@ -52,6 +52,8 @@ spec:
     borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: 100}
   flavorFungibility: {whenCanBorrow: TryNextFlavor, whenCanPreempt: TryNextFlavor,
                       preference: PreemptionOverBorrowing}
+  fairSharing: {weight: 500m}
+  admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}
   resourceGroups:
   - coveredResources: [cpu, memory, nvidia.com/gpu]
     flavors:
@@ -83,6 +85,7 @@ kind: Cohort
 metadata: {name: research}
 spec:
   parentName: org
+  fairSharing: {weight: 2}
   resourceGroups:
   - coveredResources: [cpu]
     flavors: [{name: reserved, resources: [{name: cpu, nominalQuota: 8, borrowingLimit: 2,
@@ -217,6 +220,9 @@ def test_renders_the_storage_version_with_quantities_as_kubernetes_strings():
     }
     assert memory == {"name": "memory", "nominalQuota": "192Gi", "lendingLimit": "1536Mi"}
     assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": "4", "borrowingLimit": "0"}
+    assert manifest["spec"]["flavorFungibility"]["preference"] == "PreemptionOverBorrowing"
+    assert manifest["spec"]["fairSharing"] == {"weight": "0.5"}
+    assert manifest["spec"]["admissionScope"] == {"admissionMode": "UsageBasedAdmissionFairSharing"}
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,9 @@
 - `fail_next(status)` makes the next call fail with Google's error body for that status;
   `fail_next_operation(message)` makes the next operation finish with an error.
 - `calls` logs every request (method, path, body, answered status) for tests to assert on.
+- `add_existing(project, location, cluster)` puts a RUNNING cluster made outside Accelplane
+  (gcloud, Terraform) where list and get find it; `existing_cluster()` is one with a CPU, a
+  GPU (autoscaled) and a multi-host TPU pool, as GKE reports them.
 """
 
 from __future__ import annotations
@@ -124,6 +127,21 @@ class FakeGke(LoopbackServer):
             and c.path.endswith(suffix)
             and (status is None or c.status == status)
         ]
+
+    def add_existing(self, project: str, location: str, cluster: dict[str, Any]) -> str:
+        """A cluster someone made outside Accelplane; checked against google.container.v1."""
+        try:
+            json_format.ParseDict(cluster, container_v1.Cluster.pb()(), ignore_unknown_fields=False)
+        except json_format.ParseError as error:
+            raise AssertionError(f"not a GKE Cluster: {error}") from None
+        path = f"projects/{project}/locations/{location}/clusters/{cluster['name']}"
+        with self._lock:
+            self.clusters[path] = {
+                **cluster,
+                "location": location,
+                "selfLink": f"https://container.googleapis.com/v1/{path}",
+            }
+        return path
 
     def pool(self, cluster_path: str, name: str) -> dict[str, Any]:
         return next(p for p in self.clusters[cluster_path]["nodePools"] if p["name"] == name)
@@ -318,6 +336,47 @@ class FakeGke(LoopbackServer):
             return path, self.pool(cluster_path, match["pool"])
         except StopIteration:
             raise ApiError("NOT_FOUND", f"Not found: {path}.") from None
+
+
+def existing_cluster(name: str = "ml-prod") -> dict[str, Any]:
+    """A Standard cluster as GKE reports it, made with gcloud: the default pool, an
+    autoscaled L4 GPU pool (2 GPUs a node) and a v5e 4x4 TPU slice placed COMPACT."""
+    return {
+        "name": name,
+        "status": "RUNNING",
+        "currentMasterVersion": "1.33.2-gke.1111000",
+        "endpoint": "10.0.0.9",
+        "masterAuth": {"clusterCaCertificate": FAKE_CA_CERTIFICATE},
+        "releaseChannel": {"channel": "REGULAR"},
+        "nodePools": [
+            {
+                "name": "default-pool",
+                "config": {"machineType": "e2-standard-4"},
+                "initialNodeCount": 1,
+                "locations": ["us-central1-a", "us-central1-b", "us-central1-c"],
+                "status": "RUNNING",
+            },
+            {
+                "name": "l4-pool",
+                "config": {
+                    "machineType": "g2-standard-24",
+                    "accelerators": [{"acceleratorType": "nvidia-l4", "acceleratorCount": "2"}],
+                },
+                "initialNodeCount": 2,
+                "locations": ["us-central1-a"],
+                "autoscaling": {"enabled": True, "minNodeCount": 0, "maxNodeCount": 6},
+                "status": "RUNNING",
+            },
+            {
+                "name": "v5e-slice",
+                "config": {"machineType": "ct5lp-hightpu-4t"},
+                "initialNodeCount": 4,
+                "locations": ["us-central1-b"],
+                "placementPolicy": {"type": "COMPACT", "tpuTopology": "4x4"},
+                "status": "RUNNING",
+            },
+        ],
+    }
 
 
 def _location(match: re.Match[str]) -> str:

@@ -6,16 +6,22 @@
   It creates or replaces the object (keeping its status, uid and creationTimestamp).
 - GET and DELETE (with DeleteOptions) of objects; merge-patch PATCH of objects and of a
   Deployment's /scale subresource.
+- Server-side apply tracks field managers as the apiserver does for atomic lists and scalar
+  fields: applying, without `force=true`, a value another manager owns (a `put` with
+  `manager=`, or another fieldManager's apply) answers 409 Conflict with one
+  FieldManagerConflict cause per field; with `force=true` the applier takes the fields over.
 - List and watch of any known collection, in a namespace or across all of them. A list answers
-  the items and the current resourceVersion; a watch (?watch=true&resourceVersion=N) streams
-  the changes after N as chunked JSON lines, then the new ones as they happen, until
-  timeoutSeconds, and ends with a BOOKMARK when allowWatchBookmarks is set.
+  the items and the current resourceVersion; with `limit` it answers pages, each with a
+  `continue` token until the last (a token older than a compaction is 410 Expired); a watch
+  (?watch=true&resourceVersion=N) streams the changes after N as chunked JSON lines, then the
+  new ones as they happen, until timeoutSeconds, and ends with a BOOKMARK when
+  allowWatchBookmarks is set.
 - A Pod's log (GET .../pods/NAME/log) is the text a test put in `logs`; lists take an
   equality `labelSelector`.
 - Test controls: `put` (a controller such as Kueue creating or updating an object, status
-  included), `remove` (one deleting it), `drop_next_watch(after=n)` (the next watch
-  connection is cut after n events), `compact()` (watches from any older resourceVersion
-  get a 410 Gone ERROR event).
+  included; `manager=` makes it own the object's fields, as kubectl would), `remove` (one
+  deleting it), `drop_next_watch(after=n)` (the next watch connection is cut after n
+  events), `compact()` (watches from any older resourceVersion get a 410 Gone ERROR event).
 - `calls` logs every request for tests to assert on.
 """
 
@@ -74,12 +80,14 @@ Key = tuple[str, str, str, str]
 
 
 class Refused(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(
+        self, code: int, reason: str, message: str, causes: list[dict[str, str]] | None = None
+    ) -> None:
         super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
+        self.code, self.reason, self.message, self.causes = code, reason, message, causes
 
     def status(self) -> dict[str, Any]:
-        return {
+        status = {
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -88,6 +96,9 @@ class Refused(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if self.causes:
+            status["details"] = {"causes": self.causes}
+        return status
 
 
 @dataclass(frozen=True)
@@ -144,19 +155,25 @@ class FakeKube(LoopbackServer):
     _changed: threading.Condition = field(default_factory=threading.Condition)
     logs: dict[tuple[str, str], str] = field(default_factory=dict)
     """(namespace, pod) -> the text GET .../pods/NAME/log answers."""
+    owners: dict[Key, dict[str, set[str]]] = field(default_factory=dict)
+    """Per object: field path (`.spec.cohortName`) -> the field managers that own it."""
 
     # Test controls.
 
-    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """A controller creates or updates an object (status included): ADDED or MODIFIED."""
+    def put(self, obj: dict[str, Any], manager: str = "") -> dict[str, Any]:
+        """A controller creates or updates an object (status included): ADDED or MODIFIED.
+        With `manager` (e.g. kubectl's "kubectl-client-side-apply") it owns the fields it set."""
         with self._changed:
             target = self._target_of(obj)
+            if manager:
+                self._own(target.key, obj, manager, force=True)
             return self._store(target.key, copy.deepcopy(obj), keep_status=False)
 
     def remove(self, obj: dict[str, Any]) -> None:
         """A controller (or the kubelet, or GKE) deletes an object: DELETED."""
         with self._changed:
             key = self._target_of(obj).key
+            self.owners.pop(key, None)
             self._record("DELETED", key, self.objects.pop(key))
 
     def get(self, group: str, plural: str, namespace: str, name: str) -> dict[str, Any]:
@@ -205,7 +222,7 @@ class FakeKube(LoopbackServer):
         if not target.name:
             if call.method != "GET":
                 raise Refused(405, "MethodNotAllowed", f"{call.method} on a collection")
-            return self._list(target, call.query.get("labelSelector", ""))
+            return self._list(target, call.query)
         if target.namespaced != bool(target.namespace):
             raise Refused(404, "NotFound", "the server could not find the requested resource")
         if call.method == "GET" and target.subresource == "log":
@@ -305,10 +322,46 @@ class FakeKube(LoopbackServer):
                 "the namespace of the provided object does not match "
                 "the namespace sent on the request",
             )
+        force = call.query.get("force") == "true"
+        self._own(target.key, body, call.query["fieldManager"], force, target.api_version)
         obj = copy.deepcopy(body)
         if target.namespace:
             obj["metadata"]["namespace"] = target.namespace
         return self._as_version(self._store(target.key, obj, keep_status=True), target)
+
+    def _own(
+        self, key: Key, body: dict[str, Any], manager: str, force: bool, api_version: str = ""
+    ) -> None:
+        """The apiserver's field ownership: a field whose value changes belongs to its new
+        writer, and an apply may change another manager's field only with force."""
+        old = _leaves(self.objects.get(key) or {})
+        owners = self.owners.setdefault(key, {})
+        new = _leaves(body)
+        conflicts = sorted(
+            (other, path)
+            for path, value in new.items()
+            for other in owners.get(path, ())
+            if other != manager and old.get(path) != value
+        )
+        if conflicts and not force:
+            causes = [
+                {
+                    "type": "FieldManagerConflict",
+                    "message": f'conflict with "{other}" using {api_version}',
+                    "field": path,
+                }
+                for other, path in conflicts
+            ]
+            listed = "\n".join(f"- {c['message']}: {c['field']}" for c in causes)
+            message = f"Apply failed with {len(causes)} conflict(s):\n{listed}"
+            raise Refused(409, "Conflict", message, causes)
+        for path in list(owners):
+            owners[path].discard(manager)
+            if path not in new or not owners[path]:
+                del owners[path]
+        for path, value in new.items():
+            changed = force or old.get(path) != value
+            owners[path] = {manager} if changed else owners.get(path, set()) | {manager}
 
     def _merge(self, target: Target, patch: Any) -> dict[str, Any]:
         if not isinstance(patch, dict):
@@ -337,22 +390,42 @@ class FakeKube(LoopbackServer):
                 raise Refused(422, "Invalid", "propagationPolicy: Unsupported value")
         obj = self._existing(target)
         del self.objects[target.key]
+        self.owners.pop(target.key, None)
         self._record("DELETED", target.key, obj)
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {}}
 
-    def _list(self, target: Target, selector: str = "") -> dict[str, Any]:
-        """`selector`: equality terms `key=value,...`, the only kind Accelplane sends."""
+    def _list(self, target: Target, query: dict[str, str]) -> dict[str, Any]:
+        """`labelSelector`: equality terms `key=value,...`, the only kind Accelplane sends.
+        `limit`/`continue`: one page; the token is `<resourceVersion>:<offset>`."""
+        selector = query.get("labelSelector", "")
         wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
+        items = [
+            self._as_version(obj, target)
+            for key, obj in sorted(self.objects.items())
+            if _selects(target, key)
+            and wanted.items() <= (obj["metadata"].get("labels") or {}).items()
+        ]
+        version, start = self._resource_version, 0
+        if query.get("continue"):
+            token, _, offset = query["continue"].partition(":")
+            version, start = int(token), int(offset)
+            if version < self._compacted:
+                raise Refused(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list "
+                    "result. You can start a new list without the continue parameter.",
+                )
+        limit = int(query.get("limit") or 0)
+        end = start + limit if limit else len(items)
+        metadata = {"resourceVersion": str(version)}
+        if end < len(items):
+            metadata["continue"] = f"{version}:{end}"
         return {
             "apiVersion": target.api_version,
             "kind": f"{target.kind}List",
-            "metadata": {"resourceVersion": str(self._resource_version)},
-            "items": [
-                self._as_version(obj, target)
-                for key, obj in sorted(self.objects.items())
-                if _selects(target, key)
-                and wanted.items() <= (obj["metadata"].get("labels") or {}).items()
-            ],
+            "metadata": metadata,
+            "items": items[start:end],
         }
 
     def _store(self, key: Key, obj: dict[str, Any], keep_status: bool) -> dict[str, Any]:
@@ -443,6 +516,21 @@ def _selects(target: Target, key: Key) -> bool:
     return (group, plural) == (target.group, target.plural) and (
         not target.namespace or namespace == target.namespace
     )
+
+
+def _leaves(obj: dict[str, Any], base: str = "") -> dict[str, Any]:
+    """An object's fields by path, metadata and status aside; lists are atomic (as Kueue's
+    resourceGroups and most lists of its CRDs are)."""
+    leaves: dict[str, Any] = {}
+    for key, value in obj.items():
+        if not base and key in ("apiVersion", "kind", "metadata", "status"):
+            continue
+        path = f"{base}.{key}"
+        if isinstance(value, dict) and value:
+            leaves.update(_leaves(value, path))
+        else:
+            leaves[path] = value
+    return leaves
 
 
 def _merged(obj: Any, patch: Any) -> Any:

@@ -86,7 +86,7 @@ def test_a_cluster_operation_is_polled_until_done_and_the_cluster_runs(gke, fake
 
     assert (first.done, last.done, last.error) == (False, True, "")
     cluster = gke.get_cluster(STANDARD)
-    assert (cluster.status, cluster.node_pools) == ("RUNNING", ("default-pool",))
+    assert (cluster.status, [p.name for p in cluster.node_pools]) == ("RUNNING", ["default-pool"])
     assert [c.name for c in gke.list_clusters(PROJECT, REGION)] == ["llm-cluster"]
 
 
@@ -289,7 +289,7 @@ def test_resize_and_delete_finish_and_a_repeated_delete_is_done(gke, fake_gke):
     finish(gke, gke.set_node_pool_size(GPU_POOL, 5).id)
     assert fake_gke.pool(CLUSTER_PATH, "gpupool")["initialNodeCount"] == 5
     finish(gke, gke.delete_node_pool(GPU_POOL).id)
-    assert gke.get_cluster(STANDARD).node_pools == ("default-pool",)
+    assert [p.name for p in gke.get_cluster(STANDARD).node_pools] == ["default-pool"]
     finish(gke, gke.delete_cluster(STANDARD).id)
 
     assert gke.delete_cluster(STANDARD).done

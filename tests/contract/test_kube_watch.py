@@ -398,7 +398,10 @@ def test_beat_starts_one_watch_per_reachable_cluster_and_resource_and_no_second_
     tasks.watch_clusters()
     tasks.watch_clusters()  # the first sessions still hold the leases
 
-    assert started == [(cluster.pk, "nodes"), (cluster.pk, WORKLOADS), (cluster.pk, "pods")]
+    assert started == [(cluster.pk, resource) for resource in watch.WATCHED]
+    assert {"nodes", "pods", WORKLOADS, "jobs.batch", "clusterqueues.kueue.x-k8s.io"} <= {
+        resource for _, resource in started
+    }
 
 
 def test_a_session_renews_its_lease_and_the_last_one_releases_it(cluster, monkeypatch):

@@ -246,3 +246,34 @@ def test_a_request_beyond_what_the_cohort_can_lend_shows_the_borrowing_arithmeti
     assert report["pending"]["reason"] == "ExceedsMaxQuota"
     assert report["blockers"] == []
     assert report["summary"].startswith("ExceedsMaxQuota (position 1 of 1 in team-a): ")
+
+
+FAIR_SHARING = """\
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+fairSharing: {preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]}
+"""
+
+
+def test_with_fair_sharing_explain_shows_the_weighted_shares_up_the_cohort_tree(
+    gpu_queues, client, django_user_model
+):
+    """Kueue's DominantResourceShare of the workload's ClusterQueue and each Cohort above it:
+    team-a borrowing 2 GPUs from team-b has a positive share; without fair sharing, none."""
+    apply(gpu_queues, COHORT_QUEUES, at())
+    apply(gpu_queues, job("first", pods=2).replace("team-llm", "lq-a"), at())  # 4 of 2 + 2 lent
+    apply(gpu_queues, job("second", pods=1).replace("team-llm", "lq-a"), at())
+    assert explain(workload_of("second"), at())["fair_sharing"] is None
+
+    apply(gpu_queues, FAIR_SHARING, at(), source="configuration.yaml")
+    shares = explain(workload_of("second"), at())["fair_sharing"]
+
+    assert [(s["kind"], s["name"], s["weight"]) for s in shares] == [
+        ("ClusterQueue", "team-a", 1.0),
+        ("Cohort", "pool", 1.0),
+    ]
+    assert shares[0]["share"] > 0
+    client.force_login(django_user_model.objects.create_superuser("root", "r@example.com", "pw"))
+    page = client.get(f"/workloads/{get(gpu_queues, 'Job', 'second').pk}/").content.decode()
+    assert "Fair sharing" in page
+    assert f'<td class="num">{shares[0]["share"]}</td>' in page

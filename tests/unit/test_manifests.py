@@ -6,6 +6,8 @@ import yaml
 
 from tests.shared import SHARED, requires_shared
 from workloads.manifests import (
+    ClusterQueueSpec,
+    CohortSpec,
     ManifestError,
     load_documents,
     queue_spec,
@@ -352,6 +354,8 @@ def test_cluster_queue_gets_kueue_defaults():
         "resource_groups": [],
         "admission_checks": [],
         "stop_policy": "None",
+        "fair_weight": None,
+        "admission_mode": None,
     }
 
 
@@ -433,6 +437,126 @@ def test_cohort_with_parent_may_set_limits_and_one_without_may_not():
     assert spec["parent"] == "org"
     assert spec["resource_groups"][0]["flavors"][0]["resources"][0]["lending_limit"] == 9000
     assert "when parentName is empty" in queue_error(text.replace("parentName: org", "")).message
+
+
+FAIR_CQ = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  flavorFungibility: {whenCanBorrow: TryNextFlavor, whenCanPreempt: TryNextFlavor,
+                      preference: BorrowingOverPreemption}
+  fairSharing: {weight: WEIGHT}
+  admissionScope: {admissionMode: NoAdmissionFairSharing}
+"""
+
+
+@pytest.mark.parametrize(
+    ("weight", "expected"),
+    [("2", 2.0), ('"500m"', 0.5), ("0.25", 0.25), ("0", 0.0), ('"1u"', 1e-6), ('"2n"', 2e-9)],
+)
+def test_fair_sharing_weight_is_a_quantity(weight, expected):
+    """Kueue reads `fairSharing.weight` as a resource.Quantity, as a float
+    (pkg/cache/scheduler/fair_sharing.go `parseFairWeight`); its webhook allows 0, 0.1, 1u,
+    2n (test/integration/singlecluster/webhook/core/clusterqueue_test.go)."""
+    spec = queue(FAIR_CQ.replace("WEIGHT", weight))
+    assert spec["fair_weight"] == pytest.approx(expected)
+    assert spec["admission_mode"] == "NoAdmissionFairSharing"
+    assert spec["flavor_fungibility"]["preference"] == "BorrowingOverPreemption"
+
+
+def test_fair_sharing_without_a_weight_gets_the_crd_default_of_one():
+    text = FAIR_CQ.replace("fairSharing: {weight: WEIGHT}", "fairSharing: {}")
+    assert queue(text)["fair_weight"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("weight", "message"),
+    [
+        ("-1", "must not be negative"),
+        ('"1n"', "greater than 1n"),
+        ("0.0000000001", "greater than 1n"),
+        ("heavy", "is not a valid quantity"),
+        ('"1e30"', "is too large"),
+    ],
+)
+def test_rejects_a_fair_sharing_weight_kueue_refuses(weight, message):
+    """Kueue pkg/webhooks/common.go `validateFairSharing`: not negative, and above 1n when
+    not 0 (test/integration/singlecluster/webhook/core/clusterqueue_test.go, "Should forbid
+    threshold/collapsed/negative FairSharing weight")."""
+    error = queue_error(FAIR_CQ.replace("WEIGHT", weight))
+    assert error.path == "spec.fairSharing.weight"
+    assert message in error.message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "path", "message"),
+    [
+        (
+            "{admissionMode: NoAdmissionFairSharing}",
+            "{}",
+            "spec.admissionScope.admissionMode",
+            "is required",
+        ),
+        (
+            "NoAdmissionFairSharing",
+            "Sometimes",
+            "spec.admissionScope.admissionMode",
+            "not one of: UsageBasedAdmissionFairSharing, NoAdmissionFairSharing",
+        ),
+        (
+            "BorrowingOverPreemption",
+            "Cheapest",
+            "spec.flavorFungibility.preference",
+            "not one of: BorrowingOverPreemption, PreemptionOverBorrowing",
+        ),
+        (
+            "whenCanBorrow: TryNextFlavor",
+            "whenCanBorrow: MayStopSearch",
+            "spec.flavorFungibility.preference",
+            "only be set when whenCanBorrow and whenCanPreempt are TryNextFlavor",
+        ),
+    ],
+)
+def test_rejects_bad_admission_scope_and_preference(old, new, path, message):
+    error = queue_error(FAIR_CQ.replace("WEIGHT", "1").replace(old, new))
+    assert error.path == path
+    assert message in error.message
+
+
+def test_fair_sharing_and_preference_render_back_to_the_same_spec():
+    for weight in ("3", '"0.5"', "0"):
+        spec = queue(FAIR_CQ.replace("WEIGHT", weight))
+        again = one(yaml.safe_dump(render("ClusterQueue", "cq", None, spec)))
+        assert queue_spec(again) == spec
+    cohort = "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Cohort\nmetadata: {name: c}\n"
+    spec = queue(cohort + "spec: {fairSharing: {weight: 250m}}\n")
+    assert spec["fair_weight"] == 0.25
+    assert render("Cohort", "c", None, spec)["spec"]["fairSharing"] == {"weight": "0.25"}
+    assert "fairSharing" not in render("Cohort", "c", None, queue(cohort))["spec"]
+
+
+def test_a_spec_stored_before_fair_sharing_loads_with_kueue_defaults():
+    stored = queue(FAIR_CQ.replace("WEIGHT", "1"))
+    for key in ("fair_weight", "admission_mode"):
+        del stored[key]
+    del stored["flavor_fungibility"]["preference"]
+    spec = ClusterQueueSpec.from_stored(stored)
+    assert (spec.weight, spec.admission_mode, spec.flavor_fungibility.preference) == (
+        1.0,
+        None,
+        None,
+    )
+    assert "fairSharing" not in render("ClusterQueue", "cq", None, stored)["spec"]
+    assert CohortSpec.from_stored({"parent": None, "resource_groups": []}).weight == 1.0
+
+
+def test_typed_spec_lists_quotas_in_spec_order():
+    spec = ClusterQueueSpec.from_stored(queue(CQ_V1BETA2))
+    assert [
+        (flavor, resource, q.nominal, q.borrowing_limit) for flavor, resource, q in spec.quotas()
+    ][:2] == [("on-demand", "cpu", 72_000, 8000), ("on-demand", "memory", 288 * GI * 1000, None)]
+    assert spec.check_names == ("ac",)
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,8 @@ from clusters.models import Cluster, NodePool
 from events.models import Event
 from teams import services as teams
 from teams.models import Team
-from tests.support import at, deployment, row_counts, tpu_jobset
-from tests.unit.test_tpu_admission import queues as tpu_queues
-from workloads import admission, services
+from tests.support import deployment, row_counts
+from workloads import services
 from workloads.models import ClusterQueue, KubeObject, LocalQueue, ResourceFlavor
 
 CLUSTER = "demo-gpu-cluster"
@@ -174,36 +173,7 @@ def test_tpu_map_shows_the_v5e_pool_provisioning_then_its_hosts(admin, settings)
 
     assert "TPU pool v5e-serving (ct5lp-hightpu-8t, 2x4) is PROVISIONING" in provisioning
     assert running.count('class="host free"') == 2
-
-
-def test_tpu_map_draws_cubes_with_sub_and_super_slices(admin):
-    cluster = Cluster.objects.create(name="tpu-cluster", status=Cluster.Status.RUNNING)
-    for pool in ("cube-a", "cube-b", "cube-c"):
-        cluster_services.provision_now(
-            cluster,
-            name=pool,
-            machine_type="tpu7x-standard-4t",
-            node_count=16,
-            tpu_topology="4x4x4",
-            block="block-0",
-        )
-    for text in (
-        tpu_queues(),
-        tpu_jobset("small", "2x2x2", replicas=1),
-        tpu_jobset("big", "4x4x8", replicas=1, parallelism=32),
-    ):
-        services.apply(cluster, text, source="tpu.yaml", now=at(), namespace="llm")
-    admission.advance(cluster, at(), at(minutes=2))
-
-    response = admin.get("/clusters/tpu-cluster/tpu/")
-    text = response.content.decode()
-
-    assert text.count('<table class="cube">') == 3
-    hosts = [cell for row in table_rows(response) if row[0].startswith("(") for cell in row[1:]]
-    assert len(hosts) == 48
-    assert hosts.count("JobSet/llm/big 4x4x8 #0 super-slice") == 32
-    assert hosts.count("JobSet/llm/small 2x2x2 #0") == 2
-    assert hosts.count("free") == 14
+    assert INFERENCE not in running  # its GPU pods are not on the TPU picture
 
 
 def test_queues_page_has_a_bar_per_flavor_and_resource(admin):

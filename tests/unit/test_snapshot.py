@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+import scheduler as s
 from tests.support import NAMESPACE, at, deployment, job
 from workloads import services, snapshot
 from workloads.models import Workload
 
-# AdmissionChecks, ClusterQueues, Cohorts, ResourceFlavors, LocalQueues, Workloads (no TAS
-# flavor, so no Topologies, Nodes or bound Pods).
-SNAPSHOT_QUERIES = 6
+# AdmissionChecks, ClusterQueues, Cohorts, ResourceFlavors, LocalQueues, Workloads, the
+# Configuration (no TAS flavor, so no Topologies, Nodes or bound Pods).
+SNAPSHOT_QUERIES = 7
 
 
 @pytest.mark.parametrize("replicas", [2, 50])
@@ -26,3 +27,39 @@ def test_load_runs_the_same_number_of_queries_for_any_number_of_workloads(
 
     assert loaded.snapshot.workloads
     assert set(loaded.snapshot.cluster_queues) == {"gpu-queue"}
+
+
+GPU_QUEUE = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: plain}
+"""
+FAIR_QUEUES = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Cohort
+metadata: {name: org}
+spec: {fairSharing: {weight: 3}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: fair}
+spec:
+  cohortName: org
+  fairSharing: {weight: 500m}
+  flavorFungibility: {whenCanBorrow: TryNextFlavor, whenCanPreempt: TryNextFlavor,
+                      preference: PreemptionOverBorrowing}
+"""
+
+
+def test_load_passes_fair_sharing_weights_and_fungibility_preference(cluster):
+    """Kueue's cache reads `fairSharing.weight` of ClusterQueues and Cohorts (default 1:
+    pkg/cache/scheduler/fair_sharing.go `parseFairWeight`) and the ClusterQueue's
+    `flavorFungibility.preference`."""
+    services.apply(cluster, FAIR_QUEUES, source="fair.yaml", now=at())
+    services.apply(cluster, GPU_QUEUE, source="gpu.yaml", now=at())
+    loaded = snapshot.load(cluster).snapshot
+    fair = loaded.cluster_queues["fair"]
+    assert (fair.fair_weight, loaded.cohorts["org"].fair_weight) == (0.5, 3.0)
+    assert fair.flavor_fungibility.preference is s.FungibilityPreference.PREEMPTION_OVER_BORROWING
+    assert loaded.cluster_queues["plain"].fair_weight == 1.0
+    assert loaded.cluster_queues["plain"].flavor_fungibility.preference is None

@@ -279,7 +279,7 @@ def test_snapshot_of_a_tas_cluster_runs_a_fixed_number_of_queries(
     apply(sliced, jobset(replicas=replicas))
     admission.advance(sliced, at(), at(seconds=30))
 
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         snapshot.load(sliced)
 
 

@@ -15,9 +15,11 @@ from django.core.validators import RegexValidator
 
 from clusters import catalog, credentials
 from clusters.models import Cluster, NodePool
+from clusters.providers.base import ExistingCluster
 from clusters.services import CREDENTIAL_FIELDS, settings_problems
 from teams.models import Membership
 from web.forms.workloads import choice_field
+from web.forms.yaml_lines import with_line
 from workloads.manifests import ManifestError
 from workloads.models import ClusterQueue, Cohort, ResourceFlavor
 
@@ -59,9 +61,49 @@ def topology_choices() -> list[tuple[str, str]]:
     return [("", "none (GPU and CPU pools)"), *((t, t) for t in seen)]
 
 
-class ClusterForm(forms.Form):
+class CredentialUploads(forms.Form):
+    """A gke cluster's own credentials, uploaded: checked and sealed here, as the API does,
+    and never shown again."""
+
+    service_account_key = forms.FileField(
+        required=False,
+        help_text="GKE: this cluster's own service account key (JSON); without one, the "
+        "workers' Application Default Credentials",
+    )
+    kubeconfig = forms.FileField(
+        required=False,
+        help_text="GKE: a kubeconfig to reach the apiserver instead of GKE's endpoint",
+    )
+
+    def clean_service_account_key(self) -> str:
+        return self._sealed("service_account_key", credentials.service_account_key)
+
+    def clean_kubeconfig(self) -> str:
+        return self._sealed("kubeconfig", credentials.kubeconfig)
+
+    def _sealed(self, field: str, check: Callable[[str], dict[str, Any]]) -> str:
+        upload = self.cleaned_data.get(field)
+        if not upload:
+            return ""
+        try:
+            return credentials.seal(check(upload.read().decode("utf-8", errors="replace")))
+        except credentials.CredentialError as error:
+            raise forms.ValidationError(f"{upload.name} {error}") from None
+
+
+class ClusterForm(CredentialUploads):
     """A simulated cluster, or a GKE one with its settings and, optionally, its own
     credentials (checked and sealed here, as the API does; never shown again)."""
+
+    field_order = [
+        "name",
+        "provider",
+        "location",
+        "project",
+        "autopilot",
+        "release_channel",
+        "slice_controller",
+    ]
 
     name = forms.CharField(max_length=40, validators=[NAME])
     provider = forms.ChoiceField(
@@ -79,36 +121,12 @@ class ClusterForm(forms.Form):
     slice_controller = forms.BooleanField(
         required=False, help_text="GKE: the TPU slice controller add-on (dynamic slicing)"
     )
-    service_account_key = forms.FileField(
-        required=False,
-        help_text="GKE: this cluster's own service account key (JSON); without one, the "
-        "workers' Application Default Credentials",
-    )
-    kubeconfig = forms.FileField(
-        required=False,
-        help_text="GKE: a kubeconfig to reach the apiserver instead of GKE's endpoint",
-    )
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"]
         if Cluster.objects.filter(name=name).exists():
             raise forms.ValidationError(f"a cluster named {name!r} already exists")
         return name
-
-    def clean_service_account_key(self) -> str:
-        return self._sealed("service_account_key", credentials.service_account_key)
-
-    def clean_kubeconfig(self) -> str:
-        return self._sealed("kubeconfig", credentials.kubeconfig)
-
-    def _sealed(self, field: str, check: Callable[[str], dict[str, Any]]) -> str:
-        upload = self.cleaned_data.get(field)
-        if not upload:
-            return ""
-        try:
-            return credentials.seal(check(upload.read().decode("utf-8", errors="replace")))
-        except credentials.CredentialError as error:
-            raise forms.ValidationError(f"{upload.name} {error}") from None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -120,6 +138,56 @@ class ClusterForm(forms.Form):
         for field, problem in problems.items():
             self.add_error(field, problem)
         return data
+
+
+class ImportClusterForm(CredentialUploads):
+    """An existing GKE cluster: first its project and location (and credentials) to list
+    them, then the one to import. Credentials are sealed as on the New cluster form; the view
+    keeps them in the session between the two steps, never in the page."""
+
+    project = forms.CharField(max_length=128, help_text="the Google Cloud project id")
+    location = forms.CharField(
+        max_length=64, initial="us-central1", help_text="a region or zone, as GKE names it"
+    )
+    name = forms.CharField(
+        max_length=40,
+        required=False,
+        label="Cluster",
+        widget=forms.RadioSelect,
+        help_text="List the clusters first, then pick the one to import",
+    )
+    field_order = ["project", "location"]
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        if name and Cluster.objects.filter(name=name).exists():
+            raise forms.ValidationError(f"a cluster named {name!r} already exists")
+        return name
+
+    offered = False
+    """The clusters are listed: the next submit imports the one picked."""
+
+    def offer(self, listed: list[ExistingCluster]) -> None:
+        """Show the listed clusters to pick from."""
+        self.offered = True
+        choice = self.fields["name"]
+        choice.widget = forms.RadioSelect(choices=[(c.name, _listed_label(c)) for c in listed])
+        choice.help_text = (
+            f"{len(listed)} clusters in {self.cleaned_data['project']}, "
+            f"{self.cleaned_data['location']}; Accelplane records the one you pick and its "
+            "node pools, and creates nothing in GKE"
+        )
+
+
+def _listed_label(cluster: ExistingCluster) -> str:
+    pools = ", ".join(
+        f"{p.name} ({p.node_count} × {p.machine_type}"
+        + (f", {p.accelerator_count} × {p.accelerator_type}" if p.accelerator_count else "")
+        + (f", {p.tpu_topology}" if p.tpu_topology else "")
+        + ")"
+        for p in cluster.node_pools
+    )
+    return f"{cluster.name}: {cluster.status}, {cluster.version}; {pools or 'no node pools'}"
 
 
 class NodePoolForm(forms.Form):
@@ -171,6 +239,9 @@ class NodePoolActionForm(forms.Form):
     action = forms.ChoiceField(choices=[("resize", "Resize"), ("delete", "Delete")])
     node_count = forms.IntegerField(min_value=1, max_value=catalog.MAX_NODES, required=False)
     confirm = forms.BooleanField(required=False)
+    delete_in_gke = forms.BooleanField(
+        required=False, help_text="an imported pool: delete it in GKE too, not only forget it"
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -187,6 +258,8 @@ class KueueForm(forms.Form):
 
     KIND = ""
     FIELD_PATHS: tuple[tuple[str, str], ...] = (("metadata.name", "name"),)
+    IDENTITY: tuple[str, ...] = ("name",)
+    """The fields that say which object it is: fixed when an object is edited."""
     name = forms.CharField(max_length=63, validators=[NAME])
 
     def __init__(self, cluster: Cluster, *args: Any, **kwargs: Any) -> None:
@@ -196,10 +269,33 @@ class KueueForm(forms.Form):
     def manifest(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    @classmethod
+    def initial_from(cls, manifest: dict[str, Any]) -> dict[str, Any]:
+        """The fields of a stored object, from its rendered manifest (`services.rendered`)."""
+        return {"name": manifest["metadata"]["name"]}
+
     def add_manifest_error(self, error: ManifestError) -> None:
         path = error.path or ""
         field = next((f for prefix, f in self.FIELD_PATHS if path.startswith(prefix)), None)
         self.add_error(field, str(error))
+
+
+class KueueYamlForm(KueueForm):
+    """Any Kueue object (or several), as YAML."""
+
+    name = None  # type: ignore[assignment]
+    manifest_text = forms.CharField(
+        label="Manifest",
+        widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false", "class": "code"}),
+        help_text="ResourceFlavor, Cohort, ClusterQueue, LocalQueue, (Workload)PriorityClass, "
+        "Topology, AdmissionCheck or Kueue Configuration documents",
+    )
+
+    def manifest(self) -> dict[str, Any]:
+        raise AssertionError("applied as text")
+
+    def add_manifest_error(self, error: ManifestError) -> None:
+        self.add_error("manifest_text", with_line(self.cleaned_data["manifest_text"], error))
 
 
 def _labels(text: str) -> dict[str, str]:
@@ -225,6 +321,12 @@ class ResourceFlavorForm(KueueForm):
     def clean_node_labels(self) -> dict[str, str]:
         return _labels(self.cleaned_data["node_labels"])
 
+    @classmethod
+    def initial_from(cls, manifest: dict[str, Any]) -> dict[str, Any]:
+        labels = manifest["spec"].get("nodeLabels") or {}
+        text = "\n".join(f"{key}={value}" for key, value in labels.items())
+        return {**super().initial_from(manifest), "node_labels": text}
+
     def manifest(self) -> dict[str, Any]:
         spec = (
             {"nodeLabels": self.cleaned_data["node_labels"]}
@@ -243,6 +345,11 @@ class CohortForm(KueueForm):
     KIND = "Cohort"
     FIELD_PATHS = (("metadata.name", "name"), ("spec.parentName", "parent"))
     parent = forms.CharField(max_length=63, required=False, help_text="A parent cohort, if any")
+
+    @classmethod
+    def initial_from(cls, manifest: dict[str, Any]) -> dict[str, Any]:
+        parent = manifest["spec"].get("parentName", "")
+        return {**super().initial_from(manifest), "parent": parent}
 
     def manifest(self) -> dict[str, Any]:
         parent = self.cleaned_data["parent"]
@@ -283,6 +390,24 @@ class ClusterQueueForm(KueueForm):
         choice_field(self, "cohort").choices = [("", "none"), *((c, c) for c in cohorts)]
         flavors = ResourceFlavor.objects.filter(cluster=cluster).values_list("name", flat=True)
         choice_field(self, "flavor").choices = [(f, f) for f in flavors]
+
+    @classmethod
+    def initial_from(cls, manifest: dict[str, Any]) -> dict[str, Any]:
+        """The first flavor's quotas: a queue with more is edited as YAML (the form would
+        drop the rest, and the page checks that it would not)."""
+        spec = manifest["spec"]
+        groups = spec.get("resourceGroups") or [{"flavors": [{"name": "", "resources": []}]}]
+        flavor = groups[0]["flavors"][0]
+        quotas = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
+        preemption = spec.get("preemption") or {}
+        return {
+            **super().initial_from(manifest),
+            "cohort": spec.get("cohortName", ""),
+            "flavor": flavor["name"],
+            **{field: quotas.get(resource, "") for field, resource in cls.RESOURCES},
+            "within_cluster_queue": preemption.get("withinClusterQueue", "Never"),
+            "reclaim_within_cohort": preemption.get("reclaimWithinCohort", "Never"),
+        }
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -328,6 +453,7 @@ class LocalQueueForm(KueueForm):
         ("metadata.name", "name"),
         ("spec.clusterQueue", "cluster_queue"),
     )
+    IDENTITY = ("name", "namespace")
     namespace = forms.CharField(max_length=63, validators=[NAME])
     cluster_queue = forms.ChoiceField(label="ClusterQueue")
 
@@ -335,6 +461,14 @@ class LocalQueueForm(KueueForm):
         super().__init__(cluster, *args, **kwargs)
         queues = ClusterQueue.objects.filter(cluster=cluster).values_list("name", flat=True)
         choice_field(self, "cluster_queue").choices = [(q, q) for q in queues]
+
+    @classmethod
+    def initial_from(cls, manifest: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **super().initial_from(manifest),
+            "namespace": manifest["metadata"]["namespace"],
+            "cluster_queue": manifest["spec"]["clusterQueue"],
+        }
 
     def manifest(self) -> dict[str, Any]:
         data = self.cleaned_data
@@ -349,11 +483,21 @@ class LocalQueueForm(KueueForm):
 class PriorityClassForm(KueueForm):
     KIND = "PriorityClass"
     FIELD_PATHS = (("metadata.name", "name"), ("value", "value"), ("description", "description"))
+    IDENTITY = ("name", "workload_priority_class")
     value = forms.IntegerField(min_value=-(2**31), max_value=10**9)
     description = forms.CharField(max_length=200, required=False)
     workload_priority_class = forms.BooleanField(
         required=False, help_text="A Kueue WorkloadPriorityClass instead of a PriorityClass"
     )
+
+    @classmethod
+    def initial_from(cls, manifest: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **super().initial_from(manifest),
+            "value": manifest["value"],
+            "description": manifest.get("description") or "",
+            "workload_priority_class": manifest["kind"] == "WorkloadPriorityClass",
+        }
 
     def manifest(self) -> dict[str, Any]:
         data = self.cleaned_data

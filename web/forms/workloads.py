@@ -27,14 +27,33 @@ def _choices(values: Any, everything: str) -> list[tuple[str, str]]:
     return [("", everything), *((v, v) for v in values)]
 
 
+def _unknown(what: str) -> dict[str, str]:
+    return {"invalid_choice": f"{what} %(value)s: there is none you may see"}
+
+
 class WorkloadFilterForm(forms.Form):
-    team = forms.ChoiceField(required=False)
-    queue = forms.ChoiceField(required=False, label="LocalQueue")
-    phase = forms.ChoiceField(required=False, choices=_choices(OBJECT_PHASES, "any phase"))
-    kind = forms.ChoiceField(required=False, choices=_choices(WORKLOAD_KINDS, "any kind"))
+    """The table's filters, from the query string: a value naming nothing is an error."""
+
+    cluster = forms.ChoiceField(required=False, error_messages=_unknown("cluster"))
+    team = forms.ChoiceField(required=False, error_messages=_unknown("team"))
+    queue = forms.ChoiceField(
+        required=False, label="LocalQueue", error_messages=_unknown("LocalQueue")
+    )
+    phase = forms.ChoiceField(
+        required=False,
+        choices=_choices(OBJECT_PHASES, "any phase"),
+        error_messages={"invalid_choice": f"phase %(value)s: one of {', '.join(OBJECT_PHASES)}"},
+    )
+    kind = forms.ChoiceField(
+        required=False,
+        choices=_choices(WORKLOAD_KINDS, "any kind"),
+        error_messages={"invalid_choice": f"kind %(value)s: one of {', '.join(WORKLOAD_KINDS)}"},
+    )
 
     def __init__(self, scope: Scope, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        clusters = Cluster.objects.order_by("name").values_list("name", flat=True)
+        choice_field(self, "cluster").choices = _choices(clusters, "all clusters")
         teams = Team.objects.all()
         if not scope.everything:
             teams = teams.filter(namespaces__name__in=scope.readable).distinct()

@@ -8,7 +8,7 @@ today, with its date otherwise, the full time on hover; static/web/live.js does 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django import template
@@ -87,3 +87,19 @@ def clock(value: datetime | str | None) -> SafeString | str:
     shown, full = clock_text(moment, timezone.now())
     iso = moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
     return format_html('<time datetime="{}" title="{}">{}</time>', iso, full, shown)
+
+
+@register.filter
+def duration(value: timedelta | None) -> str:
+    """How long, to the two largest units: "45s", "3m 20s", "1h 02m", "2d 03h"; "—" for none."""
+    if value is None:
+        return "—"
+    seconds = max(0, int(value.total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"

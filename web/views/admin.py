@@ -15,17 +15,20 @@ from django.views.decorators.http import require_POST
 from clusters import catalog
 from clusters import services as cluster_services
 from clusters.models import Cluster, NodePool
+from clusters.services import CREDENTIAL_FIELDS
 from teams import services as team_services
 from teams.models import Team
 from web.forms.platform import (
     KUEUE_FORMS,
     ClusterForm,
-    KueueForm,
+    ImportClusterForm,
+    KueueYamlForm,
     NodePoolActionForm,
     NodePoolForm,
     TeamForm,
 )
 from web.views.common import chosen_cluster, cluster_named, page, signed_in, staff_required
+from web.views.kueue import objects_by_cluster
 from workloads import services
 from workloads.manifests import Document, ManifestError
 from workloads.models import QUEUE_MODELS
@@ -34,8 +37,11 @@ from workloads.models import QUEUE_MODELS
 @staff_required
 def platform(request: HttpRequest) -> HttpResponse:
     """What admins manage, with a link to each form."""
+    clusters = list(Cluster.objects.prefetch_related("node_pools"))
+    objects = objects_by_cluster(clusters)
     context = {
-        "clusters": Cluster.objects.prefetch_related("node_pools"),
+        "clusters": clusters,
+        "kueue": [{"cluster": c, "objects": objects[c.pk]} for c in clusters],
         "teams": Team.objects.prefetch_related("namespaces", "memberships__user"),
         # Names, not the form classes: a template would call a class it is handed.
         "kinds": {slug: form.KIND for slug, form in KUEUE_FORMS.items()},
@@ -56,6 +62,45 @@ def new_cluster(request: HttpRequest) -> HttpResponse:
         cluster = cluster_services.create_cluster(**form.cleaned_data, actor=signed_in(request))
         return redirect("web:cluster", name=cluster.name)
     return _form_page(request, form, "New cluster")
+
+
+# The sealed credentials of an import between its two steps (list, then pick), server-side.
+IMPORT_SESSION_KEY = "cluster_import"
+
+
+@staff_required
+def import_cluster(request: HttpRequest) -> HttpResponse:
+    """List the GKE clusters of a project and location, then record the one picked and its
+    node pools as GKE reports them (nothing is created in GKE)."""
+    form = ImportClusterForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        # Uploaded with the listing; a later step reuses them for the same project and location.
+        kept = request.session.get(IMPORT_SESSION_KEY) or {}
+        if (kept.get("project"), kept.get("location")) == (data["project"], data["location"]):
+            for field in CREDENTIAL_FIELDS:
+                data[field] = data[field] or kept.get(field, "")
+        try:
+            listed = cluster_services.importable_clusters(
+                data["project"], data["location"], data["service_account_key"]
+            )
+        except cluster_services.ImportRefused as refused:
+            form.add_error(refused.field, refused.message)
+        else:
+            form.offer(listed)
+            request.session[IMPORT_SESSION_KEY] = {
+                key: data[key] for key in ("project", "location", *CREDENTIAL_FIELDS)
+            }
+            if data["name"]:
+                try:
+                    cluster = cluster_services.import_cluster(**data, actor=signed_in(request))
+                except cluster_services.ImportRefused as refused:
+                    form.add_error(refused.field, refused.message)
+                else:
+                    request.session.pop(IMPORT_SESSION_KEY, None)
+                    return redirect("web:cluster", name=cluster.name)
+    submit = "Import" if form.offered else "List clusters"
+    return _form_page(request, form, "Import a GKE cluster", submit=submit)
 
 
 @staff_required
@@ -91,7 +136,10 @@ def node_pool_action(request: HttpRequest, name: str, pool: str) -> HttpResponse
     actor = signed_in(request)
     try:
         if form.cleaned_data["action"] == "delete":
-            cluster_services.delete_node_pool(row, actor=actor)
+            if cluster_services.forgets(row, form.cleaned_data["delete_in_gke"]):
+                cluster_services.forget_node_pool(row, actor=actor)
+            else:
+                cluster_services.delete_node_pool(row, actor=actor)
         else:
             cluster_services.resize_node_pool(row, form.cleaned_data["node_count"], actor=actor)
     except (cluster_services.Busy, catalog.CatalogError) as error:
@@ -102,36 +150,24 @@ def node_pool_action(request: HttpRequest, name: str, pool: str) -> HttpResponse
 @staff_required
 @require_POST
 def delete_cluster(request: HttpRequest, name: str) -> HttpResponse:
-    """Delete a cluster (confirmed) at its provider; a worker does it, then it is gone."""
+    """Delete a cluster (confirmed) at its provider; a worker does it, then it is gone. An
+    imported one is only forgotten unless `delete_in_gke` is ticked too."""
     cluster = cluster_named(name)
     if not request.POST.get("confirm"):
         messages.error(request, "tick the box to confirm the deletion")
         return redirect("web:cluster", name=cluster.name)
+    actor = signed_in(request)
     try:
-        cluster_services.delete_cluster(cluster, actor=signed_in(request))
+        if cluster_services.forgets(cluster, bool(request.POST.get("delete_in_gke"))):
+            cluster_services.forget_cluster(cluster, actor=actor)
+            messages.info(request, f"cluster {cluster.name} is forgotten; it is still in GKE")
+        else:
+            cluster_services.delete_cluster(cluster, actor=actor)
+            messages.info(request, f"cluster {cluster.name} is being deleted")
     except cluster_services.Busy as error:
         messages.error(request, str(error))
         return redirect("web:cluster", name=cluster.name)
-    messages.info(request, f"cluster {cluster.name} is being deleted")
     return redirect("web:platform")
-
-
-class KueueYamlForm(KueueForm):
-    """Any Kueue object (or several), as YAML."""
-
-    name = None  # type: ignore[assignment]
-    manifest_text = forms.CharField(
-        label="Manifest",
-        widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false", "class": "code"}),
-        help_text="ResourceFlavor, Cohort, ClusterQueue, LocalQueue, (Workload)PriorityClass, "
-        "Topology or AdmissionCheck documents",
-    )
-
-    def manifest(self) -> dict[str, Any]:
-        raise AssertionError("applied as text")
-
-    def add_manifest_error(self, error: ManifestError) -> None:
-        self.add_error("manifest_text", str(error))
 
 
 def _only_kueue(doc: Document) -> None:

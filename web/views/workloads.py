@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
@@ -13,16 +15,16 @@ from django.utils import timezone
 from teams.models import TeamNamespace
 from teams.services import Scope
 from teams.visibility import redact
-from web import panels
+from web import density, panels
 from web.forms.workloads import (
     ScaleForm,
     SubmitForm,
     WorkloadFilterForm,
     submittable_namespaces,
 )
-from web.views.common import caller, page, signed_in
-from workloads import explain, manifests, services, whatif
-from workloads.models import Checkpoint, KubeObject, LocalQueue, Pod, Slice
+from web.views.common import Parts, caller, page, signed_in
+from workloads import explain, manifests, runtime, services, whatif
+from workloads.models import Checkpoint, KubeObject, LocalQueue, Pod, Slice, Workload
 from workloads.status import WORKLOAD_KINDS, object_status, object_statuses
 from workloads.tenancy import SubmissionRefused, submission_check
 
@@ -30,22 +32,47 @@ SCALABLE_KINDS = ("Deployment", "LeaderWorkerSet")
 
 
 def _visible_objects(scope: Scope) -> Any:
-    objects = KubeObject.objects.filter(kind__in=WORKLOAD_KINDS).select_related("cluster")
+    # With the opaque owners of workloads submitted outside Accelplane (a RayJob, a Pod).
+    shown = Q(kind__in=WORKLOAD_KINDS) | Q(managed_elsewhere=True)
+    objects = KubeObject.objects.filter(shown).select_related("cluster")
     objects = objects.prefetch_related("workloads")  # each row shows its queue
     return scope.filter(objects).order_by("cluster__name", "namespace", "kind", "name")
 
 
-def _row(obj: KubeObject, status: dict[str, Any]) -> dict[str, Any]:
+def _row(
+    obj: KubeObject, status: dict[str, Any], held: dict[str, int], now: datetime
+) -> dict[str, Any]:
     workloads = list(obj.workloads.all())
+    wait, waiting = _wait(workloads, now)
     return {
         "object": obj,
         "key": f"{obj.cluster.name}:{obj.key}",
         "queue": workloads[0].queue_name if workloads else "",
+        "priority": max((w.priority for w in workloads), default=None),
+        "age": now - obj.created_at,
+        "wait": wait,
+        "waiting": waiting,
+        "gpus": held.get("gpus", 0),
+        "tpus": held.get("tpus", 0),
         **status,
     }
 
 
+def _wait(rows: list[Workload], now: datetime) -> tuple[timedelta | None, bool]:
+    """How long the object waited for Kueue: from a workload's queue timestamp (its creation,
+    or its eviction when Kueue requeues by it) to its admission; for one still pending, so far
+    (True). The pending workload that has waited longest, else the admitted one that did."""
+    active = [w for w in rows if w.phase in Workload.ACTIVE_PHASES]
+    pending = [now - w.queued_at for w in active if w.phase == Workload.Phase.PENDING]
+    if pending:
+        return max(pending), True
+    admitted = [w.admitted_at - w.queued_at for w in active if w.admitted_at is not None]
+    return (max(admitted), False) if admitted else (None, False)
+
+
 def _filtered_rows(scope: Scope, data: dict[str, Any], objects: Any) -> list[dict[str, Any]]:
+    if data.get("cluster"):
+        objects = objects.filter(cluster__name=data["cluster"])
     if data.get("team"):
         team_namespaces = TeamNamespace.objects.filter(team__name=data["team"])
         objects = objects.filter(namespace__in=team_namespaces.values("name"))
@@ -55,16 +82,22 @@ def _filtered_rows(scope: Scope, data: dict[str, Any], objects: Any) -> list[dic
         objects = objects.filter(kind=data["kind"])
     objects = list(objects)
     statuses = object_statuses(objects)
-    rows = [_row(obj, statuses[obj.pk]) for obj in objects]
+    held = density.held_by_owner(obj.pk for obj in objects)
+    now = timezone.now()
+    rows = [_row(obj, statuses[obj.pk], held.get(obj.pk, {}), now) for obj in objects]
     return [r for r in rows if not data.get("phase") or r["phase"] == data["phase"]]
 
 
 @login_required
 def workload_list(request: HttpRequest) -> HttpResponse:
-    """Every workload the caller may see, filtered by team, queue, phase and kind; live."""
+    """Every workload the caller may see, filtered by cluster, team, queue, phase and kind;
+    live. A filter value that names nothing is a 400 saying which, with no rows."""
     scope = caller(request)
     filters = WorkloadFilterForm(scope, request.GET)
-    data = filters.cleaned_data if filters.is_valid() else {}
+    if not filters.is_valid():
+        nothing: Parts = {"row": lambda: {"rows": []}}
+        return page(request, "web/workloads.html", nothing, {"filters": filters}, status=400)
+    data = filters.cleaned_data
 
     def rows() -> dict[str, Any]:
         objects = _visible_objects(scope)
@@ -83,7 +116,10 @@ def workload_list(request: HttpRequest) -> HttpResponse:
 
 def _readable_object(request: HttpRequest, pk: int) -> KubeObject:
     obj = KubeObject.objects.select_related("cluster").filter(pk=pk).first()
-    if obj is None or obj.kind not in WORKLOAD_KINDS or not caller(request).can_read(obj.namespace):
+    # The opaque owner of a workload submitted outside Accelplane has a page too (the list
+    # links it), whatever its kind.
+    shown = obj is not None and (obj.kind in WORKLOAD_KINDS or obj.managed_elsewhere)
+    if obj is None or not shown or not caller(request).can_read(obj.namespace):
         raise Http404("no such workload")
     return obj
 
@@ -96,7 +132,8 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
     def status() -> dict[str, Any]:
         rows = list(obj.workloads.order_by("replica_index"))
-        return {"status": object_status(obj), "workloads": rows}
+        state = object_status(obj)
+        return {"status": state, "workloads": rows, "training": _training(obj, rows, state)}
 
     def explained() -> dict[str, Any]:
         now = timezone.now()
@@ -115,7 +152,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "object": obj,
         "timeline": panels.timeline(scope, obj),
         "skipped": " ".join(panels.TIMELINE_SKIPS),
-        "can_scale": obj.kind in SCALABLE_KINDS and scope.can_write(obj.namespace),
+        "can_scale": _scalable(obj) and scope.can_write(obj.namespace),
         "scale_form": ScaleForm(initial={"replicas": obj.manifest.get("spec", {}).get("replicas")}),
     }
     parts = {
@@ -132,8 +169,32 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return page(request, "web/workload.html", parts, context)
 
 
+def _training(
+    obj: KubeObject, rows: list[Workload], state: dict[str, Any]
+) -> dict[str, int] | None:
+    """The running job's step now, beside the latest checkpoint the status counted: one
+    checkpoint figure on the page, refreshed with the status on every progress event."""
+    running = next((r for r in rows if r.training_started_at is not None), None)
+    if running is None or running.phase != Workload.Phase.ADMITTED:
+        return None
+    running.owner = obj
+    step, checkpoint = runtime.current_step(running, timezone.now()), state["checkpointStep"]
+    total = obj.simulation.get("total_steps") or 0
+    return {
+        "step": step,
+        "total": total,
+        "checkpoint": checkpoint,
+        "at_risk": max(0, step - checkpoint),
+    }
+
+
+def _scalable(obj: KubeObject) -> bool:
+    # One submitted outside Accelplane is changed where it was made (services refuses it).
+    return obj.kind in SCALABLE_KINDS and not obj.managed_elsewhere
+
+
 def _scale(request: HttpRequest, obj: KubeObject) -> tuple[ScaleForm, bool]:
-    if obj.kind not in SCALABLE_KINDS or not caller(request).can_write(obj.namespace):
+    if not _scalable(obj) or not caller(request).can_write(obj.namespace):
         raise PermissionDenied("you may not scale this workload")
     form = ScaleForm(request.POST)
     if not form.is_valid():

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import urllib3
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -41,6 +43,12 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("kueue.x-k8s.io", "AdmissionCheck"): ("admissionchecks", False),
     ("kueue.x-k8s.io", "Workload"): ("workloads", True),
 }
+# Kueue's manager reads its Configuration from this ConfigMap's key (at its start).
+KUEUE_NAMESPACE = "kueue-system"
+CONFIG_MAP = "kueue-manager-config"
+CONFIG_KEY = "controller_manager_config.yaml"
+# A server-side apply conflict's cause: `conflict with "<manager>" using <apiVersion>`.
+CONFLICTING_MANAGER = re.compile(r'conflict with "([^"]+)"')
 # kubectl scale: Deployments through their scale subresource; a LeaderWorkerSet's
 # spec.replicas (its number of groups) is patched directly.
 SCALE_TARGETS = {
@@ -91,12 +99,28 @@ class ObjectRef:
 
 
 def apply(
-    api: client.ApiClient, manifest: Mapping[str, Any], namespace: str = ""
+    api: client.ApiClient, manifest: Mapping[str, Any], namespace: str = "", *, force: bool = True
 ) -> dict[str, Any]:
-    """`kubectl apply --server-side --force-conflicts -n namespace`: the manifest as submitted."""
+    """`kubectl apply --server-side -n namespace` of the manifest as submitted, with
+    `--force-conflicts` when `force`; without it, fields another manager owns are a
+    KubeError (409) listing them. Kueue's Configuration goes into its manager's ConfigMap."""
+    if manifest.get("kind") == "Configuration":
+        manifest, namespace = configuration_map(manifest), KUEUE_NAMESPACE
     ref = ObjectRef.of_manifest(manifest, namespace)
-    query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+    query = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
     return request(api, "PATCH", ref, "apply", query=query, body=manifest, content_type=APPLY_PATCH)
+
+
+def configuration_map(configuration: Mapping[str, Any]) -> dict[str, Any]:
+    """The ConfigMap holding a Configuration document, without its metadata (Kueue's strict
+    decoder refuses fields it does not know)."""
+    document = {k: v for k, v in configuration.items() if k != "metadata"}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CONFIG_MAP, "namespace": KUEUE_NAMESPACE},
+        "data": {CONFIG_KEY: yaml.safe_dump(document, sort_keys=False)},
+    }
 
 
 def scale(api: client.ApiClient, kind: str, namespace: str, name: str, replicas: int) -> None:
@@ -146,19 +170,40 @@ def request(
         data = api.response_deserialize(response, {"2XX": "object"}).data
     except ApiException as error:
         raise KubeError(
-            f"{verb} {ref.key}: {error.status} {apiserver_message(error)}", status=error.status or 0
+            f"{verb} {ref.key}: {error.status} {apiserver_message(error)}",
+            status=error.status or 0,
+            conflicts=field_conflicts(error),
         ) from None
     except urllib3.exceptions.HTTPError as error:
         raise KubeError(f"{verb} {ref.key}: the apiserver is unreachable: {error}") from None
     return data if isinstance(data, dict) else {}
 
 
-def apiserver_message(error: ApiException) -> str:
-    """The message of the apiserver's Status body, else the HTTP reason."""
+def _status(error: ApiException) -> dict[str, Any]:
     try:
         status = json.loads(error.body or "")
     except ValueError:
-        status = None
-    if isinstance(status, dict) and status.get("message"):
-        return str(status["message"])
-    return str(error.reason or "no message")
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def apiserver_message(error: ApiException) -> str:
+    """The message of the apiserver's Status body, else the HTTP reason."""
+    message = _status(error).get("message")
+    return str(message) if message else str(error.reason or "no message")
+
+
+def field_conflicts(error: ApiException) -> list[dict[str, str]]:
+    """The FieldManagerConflict causes of a 409 to a server-side apply: who owns which field."""
+    if error.status != 409:
+        return []
+    causes = (_status(error).get("details") or {}).get("causes") or []
+    conflicts = []
+    for cause in causes:
+        if not isinstance(cause, dict) or cause.get("type") != "FieldManagerConflict":
+            continue
+        manager = CONFLICTING_MANAGER.search(str(cause.get("message", "")))
+        conflicts.append(
+            {"manager": manager[1] if manager else "", "field": str(cause.get("field", ""))}
+        )
+    return conflicts

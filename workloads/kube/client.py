@@ -31,11 +31,15 @@ GOOGLE_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 
 class KubeError(Exception):
-    """A Kubernetes API call failed; the message names the object and the apiserver's reason."""
+    """A Kubernetes API call failed; the message names the object and the apiserver's reason.
+    `conflicts`: a server-side apply's fields owned by another manager ({manager, field})."""
 
-    def __init__(self, message: str, *, status: int = 0) -> None:
+    def __init__(
+        self, message: str, *, status: int = 0, conflicts: list[dict[str, str]] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.conflicts = conflicts or []
 
 
 def api_client(cluster: Cluster) -> client.ApiClient:

@@ -5,26 +5,38 @@ makes (workloads/admission.py, runtime.py), with the same event kinds and data:
 quota_reserved, admitted (+ resumed), preempted, evicted, requeued, finished/failed.
 Each transition fires only when the row is not there yet, so an object seen twice (a
 relist, a resumed watch) emits nothing new.
+
+A Kueue Workload Accelplane did not submit (kubectl, Helm, another controller) gets a row
+too, under an opaque owner (KubeObject.managed_elsewhere: kind, namespace and name only), so
+that every allocation view, explain and what-if count what it holds. Its PodSets are read from
+the Workload's spec with the normaliser an apply uses; one that fails to parse is recorded
+on the watch's row (KubeWatch.unreadable) and left out.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from clusters.models import Cluster
 from events.models import Event
 from events.services import record_events
+from workloads import runtime
 from workloads.checkpoints import latest_step
 from workloads.history import admitted_events, preempted_event_row, workload_event_row
-from workloads.models import KubeObject, KueueWorkloadLink, Workload
+from workloads.manifests import ManifestError
+from workloads.manifests.fields import Fields, join
+from workloads.manifests.podsets import pod_set
+from workloads.models import KubeObject, KubeWatch, KueueWorkloadLink, Workload
 
+RESOURCE = "workloads.kueue.x-k8s.io"
+"""The KubeWatch row of Kueue Workloads."""
 # Kueue names the preemptor by UID: "Preempted to accommodate a workload (UID: u, JobUID: j)".
 PREEMPTOR_UID = re.compile(r"\(UID: ([^,)\s]+)")
 
@@ -87,9 +99,9 @@ def ingest(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> list[Even
     """Bring the Workload row in line with the object; the events of the transitions made."""
     seen = observe(obj, now)
     with transaction.atomic():
-        row = _bound_row(cluster, seen)
+        row = _bound_row(cluster, seen, obj)
         if row is None:
-            return []  # Not submitted through Accelplane.
+            return []  # Unreadable, or an extra one of an object Accelplane submitted.
         events = [
             *_evict(row, seen),
             *_release(row, seen),
@@ -106,20 +118,33 @@ def ingest(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> list[Even
 
 def forget(cluster: Cluster, uids: Iterable[str]) -> None:
     """Kueue deleted these Workload objects: their rows may be bound again (a Deployment's
-    replacement pod gets a new Kueue Workload for the same replica)."""
-    KueueWorkloadLink.objects.filter(cluster=cluster, uid__in=list(uids)).delete()
+    replacement pod gets a new Kueue Workload for the same replica); the rows of those
+    Accelplane did not submit go, and their owners once they have no workload left."""
+    _forget(KueueWorkloadLink.objects.filter(cluster=cluster, uid__in=list(uids)))
 
 
 def forget_all_but(cluster: Cluster, uids: Iterable[str]) -> None:
     """After a relist: objects deleted while nobody watched are forgotten too."""
-    KueueWorkloadLink.objects.filter(cluster=cluster).exclude(uid__in=list(uids)).delete()
+    _forget(KueueWorkloadLink.objects.filter(cluster=cluster).exclude(uid__in=list(uids)))
 
 
-def _bound_row(cluster: Cluster, seen: Observed) -> Workload | None:
-    """The row this object stands for; the first sighting binds it by name or by owner."""
+def _forget(links: Any) -> None:
+    foreign = Workload.objects.filter(
+        pk__in=links.values("workload"), owner__managed_elsewhere=True
+    )
+    owners = list(foreign.values_list("owner", flat=True))
+    with transaction.atomic():
+        links.delete()
+        foreign.delete()
+        KubeObject.objects.filter(pk__in=owners, workloads__isnull=True).delete()
+
+
+def _bound_row(cluster: Cluster, seen: Observed, obj: Mapping[str, Any]) -> Workload | None:
+    """The row this object stands for; the first sighting binds it by name or by owner,
+    or makes a row for a Workload Accelplane did not submit."""
     link = KueueWorkloadLink.objects.filter(cluster=cluster, uid=seen.uid).first()
     if link is None:
-        row = _unbound_row(cluster, seen)
+        row = _unbound_row(cluster, seen) or _foreign_row(cluster, seen, obj)
         if row is None:
             return None
         # get_or_create: another worker may bind the same object at the same moment.
@@ -155,6 +180,146 @@ def _unbound_row(cluster: Cluster, seen: Observed) -> Workload | None:
         .order_by("replica_index", "queued_at")
         .first()
     )
+
+
+def _foreign_row(cluster: Cluster, seen: Observed, obj: Mapping[str, Any]) -> Workload | None:
+    """A row for a Workload someone else submitted, pending until its status says otherwise
+    (the transitions then replay what Kueue did, as for Accelplane's own)."""
+    kind, name = seen.owner
+    if not kind:
+        kind, name = "Workload", seen.name  # a bare Workload object: its own owner
+    if Workload.objects.filter(cluster=cluster, namespace=seen.namespace, name=seen.name).exists():
+        return None  # the name of a row bound to another object
+    spec = obj.get("spec") or {}
+    metadata = obj.get("metadata") or {}
+    try:
+        pod_sets = _pod_sets(cluster, seen, spec)
+    except ManifestError as error:
+        note(cluster, RESOURCE, f"Workload/{seen.namespace}/{seen.name}", str(error))
+        return None
+    owner, _ = KubeObject.objects.get_or_create(
+        cluster=cluster,
+        kind=kind,
+        namespace=seen.namespace,
+        name=name,
+        defaults={
+            "api_version": _owner_api_version(metadata, kind),
+            "manifest": {},
+            "managed_elsewhere": True,
+            "created_at": seen.seen_at,
+            "updated_at": seen.seen_at,
+        },
+    )
+    if not owner.managed_elsewhere:
+        return None  # an object Accelplane submitted: its rows are bound by owner only
+    priority = spec.get("priority")
+    try:
+        return Workload.objects.create(
+            cluster=cluster,
+            owner=owner,
+            name=seen.name,
+            namespace=seen.namespace,
+            queue_name=str(spec.get("queueName") or ""),
+            priority=priority if isinstance(priority, int) else 0,
+            priority_class_name=str(spec.get("priorityClassName") or ""),
+            pod_sets=pod_sets,
+            queued_at=kube_time(metadata.get("creationTimestamp"), seen.seen_at),
+            active=spec.get("active") is not False,
+        )
+    except IntegrityError:
+        return None  # another worker made it first: the next sighting finds its link
+
+
+def _pod_sets(cluster: Cluster, seen: Observed, spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """spec.podSets as Workload.pod_sets holds them (requests per pod, in milli-units)."""
+    fields = Fields(f"cluster {cluster.name}", None, f"Workload/{seen.namespace}/{seen.name}")
+    result = []
+    for path, item in fields.mappings(spec, "podSets", "spec", min_items=1, max_items=8):
+        template = fields.mapping(item, "template", path, required=True)
+        parsed = pod_set(
+            fields,
+            template,
+            join(path, "template"),
+            name=fields.string(item, "name", path, default="main"),
+            count=fields.integer(item, "count", path, default=1),
+            min_count=fields.optional_integer(item, "minCount", path, minimum=1),
+        )
+        result.append(asdict(parsed))
+    return result
+
+
+def _owner_api_version(metadata: Mapping[str, Any], kind: str) -> str:
+    owners = metadata.get("ownerReferences") or []
+    found = next((o for o in owners if o.get("kind") == kind), None)
+    return str(found.get("apiVersion", "")) if found else "kueue.x-k8s.io/v1beta2"
+
+
+def note(cluster: Cluster, resource: str, key: str, error: str | None) -> None:
+    """Records an object that could not be read (or, `error` None, that now reads) on the
+    row of the watch of `resource`, where the cluster's connection status shows it."""
+    state, _ = KubeWatch.objects.get_or_create(cluster=cluster, resource=resource)
+    if state.unreadable.get(key) == error:
+        return
+    unreadable = {k: v for k, v in state.unreadable.items() if k != key}
+    if error is not None:
+        unreadable[key] = error
+    state.unreadable = unreadable
+    state.save(update_fields=["unreadable"])
+
+
+# Jobs: their completion, and the opaque owners that go with them.
+
+JOB_ENDED = {"Complete": Workload.Phase.FINISHED, "Failed": Workload.Phase.FAILED}
+
+
+def ingest_job(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
+    """A Job that completed or failed ends its workloads still active (Kueue marks its
+    Workload Finished soon after: that transition then emits nothing)."""
+    metadata = obj.get("metadata") or {}
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    ended = next(
+        (c for c in conditions if c.get("type") in JOB_ENDED and c.get("status") == "True"), None
+    )
+    if ended is None:
+        return 0
+    with transaction.atomic():
+        rows = list(
+            Workload.objects.select_for_update()
+            .filter(
+                cluster=cluster,
+                owner__kind="Job",
+                owner__namespace=metadata.get("namespace", ""),
+                owner__name=metadata.get("name", ""),
+                phase__in=Workload.ACTIVE_PHASES,
+            )
+            .select_related("owner", "cluster")
+        )
+        at = kube_time(ended.get("lastTransitionTime"), now)
+        runtime.finish(rows, at, JOB_ENDED[ended["type"]])
+    return len(rows)
+
+
+def forget_job(cluster: Cluster, obj: Mapping[str, Any]) -> None:
+    """A Job deleted on the cluster: one Accelplane did not submit goes with its rows."""
+    metadata = obj.get("metadata") or {}
+    KubeObject.objects.filter(
+        cluster=cluster,
+        kind="Job",
+        namespace=metadata.get("namespace", ""),
+        name=metadata.get("name", ""),
+        managed_elsewhere=True,
+    ).delete()
+
+
+def keep_jobs(cluster: Cluster, items: Iterable[Mapping[str, Any]]) -> None:
+    listed = {
+        ((o.get("metadata") or {}).get("namespace", ""), (o.get("metadata") or {}).get("name", ""))
+        for o in items
+    }
+    rows = KubeObject.objects.filter(cluster=cluster, kind="Job", managed_elsewhere=True)
+    rows_now = rows.values_list("pk", "namespace", "name")
+    gone = [pk for pk, namespace, name in rows_now if (namespace, name) not in listed]
+    KubeObject.objects.filter(pk__in=gone).delete()
 
 
 def _evict(row: Workload, seen: Observed) -> list[Event]:

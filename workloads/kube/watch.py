@@ -1,5 +1,5 @@
-"""Watch sessions over a real cluster's Kueue Workloads, Pods and Nodes, resumable across
-disconnects.
+"""Watch sessions over a real cluster's Kueue objects and Workloads, Jobs, Pods and Nodes,
+resumable across disconnects.
 
 Each resource is watched on its own, by one worker at a time (a lease on its KubeWatch row).
 The last resourceVersion ingested is stored there too, so a new session, in this process or
@@ -25,7 +25,8 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from clusters.models import Cluster
-from workloads.kube import checkpoints, ingest, mirror
+from workloads.kube import checkpoints, connection, ingest, mirror, queues
+from workloads.kube.apply import KUEUE_NAMESPACE
 from workloads.kube.client import KubeError, api_client
 from workloads.models import KubeWatch
 
@@ -35,11 +36,20 @@ HTTP_GONE = 410
 SESSION_SECONDS = settings.ACCELPLANE_WATCH_SESSION_SECONDS
 # After a failure or a dropped connection: give the apiserver a moment.
 RETRY_SECONDS = 5.0
+# Objects per list page (`limit`); a relist follows `continue` to the last page.
+LIST_PAGE = 500
 
 
-def _kueue_workloads(api: client.ApiClient) -> Callable[..., Any]:
-    objects = client.CustomObjectsApi(api)
-    return partial(objects.list_cluster_custom_object, "kueue.x-k8s.io", "v1beta2", "workloads")
+def _kueue(plural: str) -> Callable[[client.ApiClient], Callable[..., Any]]:
+    def lister(api: client.ApiClient) -> Callable[..., Any]:
+        objects = client.CustomObjectsApi(api)
+        return partial(objects.list_cluster_custom_object, "kueue.x-k8s.io", "v1beta2", plural)
+
+    return lister
+
+
+def _kueue_config_maps(api: client.ApiClient) -> Callable[..., Any]:
+    return partial(client.CoreV1Api(api).list_namespaced_config_map, KUEUE_NAMESPACE)
 
 
 def _forget_workload(cluster: Cluster, obj: Mapping[str, Any]) -> None:
@@ -66,8 +76,8 @@ class Watched:
 
 
 WORKLOADS = Watched(
-    "workloads.kueue.x-k8s.io",
-    _kueue_workloads,
+    ingest.RESOURCE,
+    _kueue("workloads"),
     lambda cluster, obj, now: len(ingest.ingest(cluster, obj, now)),
     _forget_workload,
     _keep_workloads,
@@ -86,7 +96,27 @@ NODES = Watched(
     mirror.forget_node,
     mirror.keep_nodes,
 )
-WATCHED = {w.resource: w for w in (NODES, WORKLOADS, PODS)}
+JOBS = Watched(
+    "jobs.batch",
+    lambda api: client.BatchV1Api(api).list_job_for_all_namespaces,
+    ingest.ingest_job,
+    ingest.forget_job,
+    ingest.keep_jobs,
+)
+
+
+def _queue_objects(kind: str) -> Watched:
+    return Watched(
+        queues.resource(kind),
+        _kueue_config_maps if kind == queues.CONFIGURATION else _kueue(queues.plural(kind)),
+        partial(queues.ingest, kind),
+        partial(queues.forget, kind),
+        partial(queues.keep_only, kind),
+    )
+
+
+QUEUE_OBJECTS = tuple(_queue_objects(kind) for kind in (*queues.KINDS, queues.CONFIGURATION))
+WATCHED = {w.resource: w for w in (*QUEUE_OBJECTS, NODES, WORKLOADS, PODS, JOBS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +156,9 @@ def watch_resource(
     except urllib3.exceptions.HTTPError as error:
         # The stored version is where the next session resumes.
         logger.info("%s: %s watch dropped (%s)", cluster.name, watched.resource, error)
+        connection.record_error(
+            cluster.pk, watched.resource, f"watch dropped: {error}", timezone.now()
+        )
         disconnected = True
     return Session(events, state.resource_version, relisted, disconnected)
 
@@ -133,14 +166,32 @@ def watch_resource(
 def _relist(
     cluster: Cluster, watched: Watched, lister: Callable[..., Any], state: KubeWatch
 ) -> int:
-    # As JSON, whatever the API: every resource is ingested from the objects as served.
-    listed = json.loads(lister(_preload_content=False).data)
-    items = listed.get("items") or []
-    now = timezone.now()
-    events = sum(watched.ingest(cluster, obj, now) for obj in items)
-    watched.keep_only(cluster, items)
-    _store(state, listed["metadata"]["resourceVersion"])
+    """Every object, a page at a time; then what the list did not hold is forgotten."""
+    events, version = 0, ""
+    seen: list[Mapping[str, Any]] = []
+    for page in pages(lister):
+        now = timezone.now()
+        items = page.get("items") or []
+        events += sum(watched.ingest(cluster, obj, now) for obj in items)
+        # Only names and uids are needed to forget the rest: the objects are not kept.
+        seen += [{"metadata": obj.get("metadata") or {}} for obj in items]
+        version = page["metadata"]["resourceVersion"]
+    watched.keep_only(cluster, seen)
+    _store(state, version)
     return events
+
+
+def pages(lister: Callable[..., Any], **query: Any) -> Iterator[dict[str, Any]]:
+    """The pages of a list (`limit`, then `continue` until the apiserver sends none), as
+    served JSON whatever the API. A token that expired meanwhile is the apiserver's 410."""
+    token = ""
+    while True:
+        more = {"_continue": token} if token else {}
+        page = json.loads(lister(limit=LIST_PAGE, _preload_content=False, **query, **more).data)
+        yield page
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return
 
 
 def _stream(
@@ -164,14 +215,19 @@ def _stream(
             made = watched.ingest(cluster, obj, timezone.now())
         elif change["type"] == "DELETED":
             watched.forget(cluster, obj)
-        # A BOOKMARK only moves the version.
-        _store(state, obj["metadata"]["resourceVersion"])
+        # A BOOKMARK only moves the version (and says the connection is alive).
+        changed = obj if change["type"] != "BOOKMARK" else None
+        _store(state, obj["metadata"]["resourceVersion"], changed)
         yield made
 
 
-def _store(state: KubeWatch, resource_version: str) -> None:
+def _store(
+    state: KubeWatch, resource_version: str, changed: Mapping[str, Any] | None = None
+) -> None:
+    """Where the next session resumes; the apiserver answered, so the watch is connected."""
     state.resource_version = resource_version
-    state.save(update_fields=["resource_version", "updated_at"])
+    heard = connection.heard(state, changed, timezone.now())
+    state.save(update_fields=["resource_version", "updated_at", *heard])
 
 
 # A session's lease covers the session and a margin for the task's queueing; a worker that
@@ -184,6 +240,11 @@ def watchable_clusters() -> QuerySet[Cluster]:
     return Cluster.objects.filter(
         provider=Cluster.Provider.GKE, status=Cluster.Status.RUNNING
     ).exclude(endpoint="", kubeconfig="")
+
+
+def watcher_threads() -> int:
+    """The watcher's pool: a thread per session of every cluster it may watch at once."""
+    return settings.ACCELPLANE_MAX_WATCHED_CLUSTERS * len(WATCHED)
 
 
 def claim(cluster_id: int, resource: str, now: datetime, seconds: float = SESSION_SECONDS) -> bool:
@@ -226,5 +287,6 @@ def run_session(
                 checkpoints.collect(cluster, api, timezone.now(), since_seconds=since)
     except (KubeError, ApiException, urllib3.exceptions.HTTPError) as error:
         logger.warning("%s: %s watch failed: %s", cluster.name, resource, error)
+        connection.record_error(cluster.pk, resource, error, timezone.now())
         return RETRY_SECONDS
     return RETRY_SECONDS if session.disconnected else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from workloads.manifests.clusterqueues import ClusterQueueSpec, CohortSpec
 from workloads.manifests.documents import (
     CLUSTER_SCOPED,
     QUEUE_KINDS,
@@ -26,6 +27,8 @@ __all__ = [
     "QUEUE_KINDS",
     "SUPPORTED_VERSIONS",
     "WORKLOAD_KINDS",
+    "ClusterQueueSpec",
+    "CohortSpec",
     "Document",
     "ManifestError",
     "PodSetSpec",

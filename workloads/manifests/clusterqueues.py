@@ -6,10 +6,13 @@ Defaults and rules follow the CRDs (`config/components/crd/bases`) and Kueue's w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from workloads.manifests.fields import INT32_MAX, Fields, join, label_key_problem
+import scheduler as s
+from workloads.manifests.fields import INT32_MAX, Fields, join, label_key_problem, show
+from workloads.quantities import QuantityError, parse_weight
 
 _V1BETA1 = "kueue.x-k8s.io/v1beta1"
 _COMMON = frozenset(
@@ -33,7 +36,134 @@ _COHORT_FIELDS = frozenset({"fairSharing", "parentName", "resourceGroups"})
 _QUOTA_FIELDS = frozenset({"name", "nominalQuota", "borrowingLimit", "lendingLimit"})
 _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 STOP_POLICIES = ("None", "Hold", "HoldAndDrain")
+ADMISSION_MODES = ("UsageBasedAdmissionFairSharing", "NoAdmissionFairSharing")
 _MAX_FLAVORS = 256
+# Kueue's webhook (`validateFairSharing`): a weight that is not 0 must be above 1n, else the
+# share it divides would collapse.
+_MIN_WEIGHT = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionCheckRef:
+    name: str
+    on_flavors: tuple[str, ...] = ()
+    """Flavors the check applies to; empty: all of them."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueueSpec:
+    """A stored ClusterQueue spec, typed. Quotas, preemption and fungibility are the scheduler's
+    own values; specs stored before a field existed load with Kueue's default for it."""
+
+    cohort: str | None = None
+    queueing_strategy: s.QueueingStrategy = s.QueueingStrategy.BEST_EFFORT_FIFO
+    namespace_selector: Mapping[str, Any] | None = None
+    """None selects no namespace (Kueue); `{}` selects all of them."""
+    preemption: s.Preemption = field(default_factory=s.Preemption)
+    flavor_fungibility: s.FlavorFungibility = field(default_factory=s.FlavorFungibility)
+    resource_groups: tuple[s.ResourceGroup, ...] = ()
+    admission_checks: tuple[AdmissionCheckRef, ...] = ()
+    stop_policy: str = "None"
+    fair_weight: float | None = None
+    """`fairSharing.weight`; None when fairSharing is not set (Kueue then uses 1)."""
+    admission_mode: str | None = None
+    """`admissionScope.admissionMode`; None when admissionScope is not set."""
+
+    @classmethod
+    def from_stored(cls, spec: Mapping[str, Any]) -> ClusterQueueSpec:
+        preemption = spec.get("preemption") or {}
+        fungibility = spec.get("flavor_fungibility") or {}
+        preference = fungibility.get("preference")
+        return cls(
+            cohort=spec.get("cohort") or None,
+            queueing_strategy=s.QueueingStrategy(spec.get("queueing_strategy", "BestEffortFIFO")),
+            namespace_selector=spec.get("namespace_selector"),
+            preemption=s.Preemption(
+                s.PreemptionPolicy(preemption.get("within_cluster_queue", "Never")),
+                s.PreemptionPolicy(preemption.get("reclaim_within_cohort", "Never")),
+                s.PreemptionPolicy(preemption.get("borrow_within_cohort", "Never")),
+                preemption.get("max_priority_threshold"),
+            ),
+            flavor_fungibility=s.FlavorFungibility(
+                s.FungibilityPolicy(fungibility.get("when_can_borrow", "MayStopSearch")),
+                s.FungibilityPolicy(fungibility.get("when_can_preempt", "TryNextFlavor")),
+                s.FungibilityPreference(preference) if preference else None,
+            ),
+            resource_groups=stored_groups(spec.get("resource_groups") or ()),
+            admission_checks=tuple(
+                AdmissionCheckRef(c["name"], tuple(c.get("on_flavors") or ()))
+                for c in spec.get("admission_checks") or ()
+            ),
+            stop_policy=spec.get("stop_policy") or "None",
+            fair_weight=spec.get("fair_weight"),
+            admission_mode=spec.get("admission_mode"),
+        )
+
+    @property
+    def weight(self) -> float:
+        return 1.0 if self.fair_weight is None else self.fair_weight
+
+    @property
+    def check_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.admission_checks)
+
+    @property
+    def flavor_names(self) -> set[str]:
+        return {f.name for group in self.resource_groups for f in group.flavors}
+
+    def quotas(self) -> Iterator[tuple[str, str, s.ResourceQuota]]:
+        """(flavor, resource, quota) of every quota, in the spec's order."""
+        yield from quotas(self.resource_groups)
+
+
+@dataclass(frozen=True, slots=True)
+class CohortSpec:
+    """A stored Cohort spec, typed."""
+
+    parent: str | None = None
+    resource_groups: tuple[s.ResourceGroup, ...] = ()
+    fair_weight: float | None = None
+    """`fairSharing.weight`; None when fairSharing is not set (Kueue then uses 1)."""
+
+    @classmethod
+    def from_stored(cls, spec: Mapping[str, Any]) -> CohortSpec:
+        return cls(
+            parent=spec.get("parent") or None,
+            resource_groups=stored_groups(spec.get("resource_groups") or ()),
+            fair_weight=spec.get("fair_weight"),
+        )
+
+    @property
+    def weight(self) -> float:
+        return 1.0 if self.fair_weight is None else self.fair_weight
+
+
+def stored_groups(groups: Iterable[Mapping[str, Any]]) -> tuple[s.ResourceGroup, ...]:
+    return tuple(
+        s.ResourceGroup(
+            tuple(g["covered_resources"]),
+            tuple(
+                s.FlavorQuotas(
+                    f["name"],
+                    {
+                        r["name"]: s.ResourceQuota(
+                            r["nominal_quota"], r.get("borrowing_limit"), r.get("lending_limit")
+                        )
+                        for r in f["resources"]
+                    },
+                )
+                for f in g["flavors"]
+            ),
+        )
+        for g in groups
+    )
+
+
+def quotas(groups: tuple[s.ResourceGroup, ...]) -> Iterator[tuple[str, str, s.ResourceQuota]]:
+    for group in groups:
+        for flavor in group.flavors:
+            for resource, quota in flavor.resources.items():
+                yield flavor.name, resource, quota
 
 
 def cluster_queue_spec(fields: Fields, api_version: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,6 +191,8 @@ def cluster_queue_spec(fields: Fields, api_version: str, body: Mapping[str, Any]
         ),
         "admission_checks": _admission_checks(fields, spec),
         "stop_policy": fields.choice(spec, "stopPolicy", "spec", STOP_POLICIES, default="None"),
+        "fair_weight": fair_weight(fields, spec),
+        "admission_mode": _admission_mode(fields, spec),
     }
 
 
@@ -78,7 +210,40 @@ def cohort_spec(fields: Fields, name: str, body: Mapping[str, Any]) -> dict[str,
         "resource_groups": resource_groups(
             fields, spec, missing_parent=None if parent else "parentName", check_lending=False
         ),
+        "fair_weight": fair_weight(fields, spec),
     }
+
+
+def fair_weight(fields: Fields, spec: Mapping[str, Any]) -> float | None:
+    """`fairSharing.weight`: 0, or above 1n (Kueue's webhook) and at most 2^63-1; 1 when
+    fairSharing is given without it (the CRD default); None when fairSharing is absent."""
+    base = "spec.fairSharing"
+    fair_sharing = fields.optional_mapping(spec, "fairSharing", "spec")
+    if fair_sharing is None:
+        return None
+    fields.known_keys(fair_sharing, frozenset({"weight"}), base)
+    value = fair_sharing.get("weight")
+    if value is None:
+        return 1.0
+    path = join(base, "weight")
+    try:
+        weight = parse_weight(value, field=path)
+    except QuantityError as error:
+        raise fields.error(path, value, f"{show(value)} {error.reason}") from None
+    if 0 < weight <= _MIN_WEIGHT:
+        raise fields.error(path, value, "when not 0, weight must be greater than 1n (10^-9)")
+    return weight
+
+
+def _admission_mode(fields: Fields, spec: Mapping[str, Any]) -> str | None:
+    base = "spec.admissionScope"
+    scope = fields.optional_mapping(spec, "admissionScope", "spec")
+    if scope is None:
+        return None
+    fields.known_keys(scope, frozenset({"admissionMode"}), base)
+    if scope.get("admissionMode") is None:
+        raise fields.error(join(base, "admissionMode"), None, "is required")
+    return fields.choice(scope, "admissionMode", base, ADMISSION_MODES, default="")
 
 
 def resource_groups(

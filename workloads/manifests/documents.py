@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workloads.manifests import limits
+from workloads.manifests.configuration import CONFIG_VERSIONS, CONFIGURATION_NAME
 from workloads.manifests.errors import ManifestError
 from workloads.manifests.fields import Fields, join, show
 from workloads.manifests.parsing import objects
@@ -23,12 +24,14 @@ QUEUE_KINDS = frozenset(
         "Topology",
         "Cohort",
         "PriorityClass",
+        "Configuration",
     }
 )
 WORKLOAD_KINDS = frozenset({"Job", "Deployment", "JobSet", "LeaderWorkerSet"})
 SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(sorted(QUEUE_KINDS - {"PriorityClass"}), _KUEUE_VERSIONS),
+    **dict.fromkeys(sorted(QUEUE_KINDS - {"PriorityClass", "Configuration"}), _KUEUE_VERSIONS),
     "PriorityClass": ("scheduling.k8s.io/v1",),
+    "Configuration": CONFIG_VERSIONS,
     "Job": ("batch/v1",),
     "Deployment": ("apps/v1",),
     "JobSet": ("jobset.x-k8s.io/v1alpha2",),
@@ -48,6 +51,7 @@ CLUSTER_SCOPED = frozenset(
         "Cohort",
         "PriorityClass",
         "Namespace",
+        "Configuration",
     }
 )
 # apimachinery's name validation per kind; everything else is an RFC 1123 subdomain.
@@ -123,8 +127,13 @@ def _document(raw: Any, *, source: str, index: int, default_namespace: str | Non
     api_version = fields.string(raw, "apiVersion", "")
     kind = fields.string(raw, "kind", "")
     _check_kind(fields, api_version, kind)
-    metadata = fields.mapping(raw, "metadata", "", required=True)
-    name = fields.string(metadata, "name", "metadata")
+    # Kueue's own Configuration file has no metadata: it is named CONFIGURATION_NAME then.
+    configuration = kind == "Configuration"
+    metadata = fields.mapping(raw, "metadata", "", required=not configuration)
+    if configuration and not metadata.get("name"):
+        name = CONFIGURATION_NAME
+    else:
+        name = fields.string(metadata, "name", "metadata")
     namespace = None
     if kind not in CLUSTER_SCOPED:
         namespace = fields.optional_string(metadata, "namespace", "metadata") or (

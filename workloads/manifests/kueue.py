@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from workloads.manifests.clusterqueues import STOP_POLICIES, cluster_queue_spec, cohort_spec
+import scheduler as s
+from workloads.manifests.clusterqueues import (
+    STOP_POLICIES,
+    ClusterQueueSpec,
+    CohortSpec,
+    cluster_queue_spec,
+    cohort_spec,
+    fair_weight,
+)
+from workloads.manifests.configuration import configuration_spec, render_configuration
 from workloads.manifests.documents import Document
 from workloads.manifests.fields import (
     INT32_MAX,
@@ -15,7 +24,7 @@ from workloads.manifests.fields import (
     label_value_problem,
 )
 from workloads.manifests.scheduling import taints, tolerations
-from workloads.quantities import format_quantity
+from workloads.quantities import format_quantity, format_weight
 
 KUEUE_STORAGE_VERSION = "kueue.x-k8s.io/v1beta2"
 HOSTNAME = "kubernetes.io/hostname"
@@ -33,6 +42,8 @@ def queue_spec(doc: Document) -> dict[str, Any]:
     if doc.kind == "Cohort":
         fields.known_keys(doc.body, _OBJECT_FIELDS, "")
         return cohort_spec(fields, doc.name, doc.body)
+    if doc.kind == "Configuration":
+        return configuration_spec(fields, doc.api_version, doc.body)
     build = _SPECS.get(doc.kind)
     if build is None:
         raise fields.error("kind", doc.kind, f"{doc.kind} is not a queueing kind")
@@ -78,7 +89,16 @@ def _local_queue(fields: Fields, body: Mapping[str, Any]) -> dict[str, Any]:
             fields.string(spec, "clusterQueue", "spec"), "spec.clusterQueue"
         ),
         "stop_policy": fields.choice(spec, "stopPolicy", "spec", STOP_POLICIES, default="None"),
+        # Admission fair sharing divides the LocalQueue's usage by it.
+        "fair_weight": fair_weight(fields, spec),
     }
+
+
+def _render_local_queue(spec: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"clusterQueue": spec["cluster_queue"], "stopPolicy": spec["stop_policy"]}
+    if spec.get("fair_weight") is not None:
+        out["fairSharing"] = {"weight": format_weight(spec["fair_weight"])}
+    return out
 
 
 def _workload_priority_class(fields: Fields, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -185,6 +205,8 @@ _SPECS: dict[str, Callable[[Fields, Mapping[str, Any]], dict[str, Any]]] = {
 
 def render(kind: str, name: str, namespace: str | None, spec: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest of a normalised queueing object in its storage version, defaults written out."""
+    if kind == "Configuration":
+        return render_configuration(spec)
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
@@ -224,70 +246,80 @@ def _render_flavor(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _render_cluster_queue(spec: Mapping[str, Any]) -> dict[str, Any]:
-    preemption, fungibility = spec["preemption"], spec["flavor_fungibility"]
-    borrow: dict[str, Any] = {"policy": preemption["borrow_within_cohort"]}
-    if preemption["max_priority_threshold"] is not None:
-        borrow["maxPriorityThreshold"] = preemption["max_priority_threshold"]
+def _render_cluster_queue(stored: Mapping[str, Any]) -> dict[str, Any]:
+    spec = ClusterQueueSpec.from_stored(stored)
+    preemption, fungibility = spec.preemption, spec.flavor_fungibility
+    borrow: dict[str, Any] = {"policy": preemption.borrow_within_cohort.value}
+    if preemption.max_priority_threshold is not None:
+        borrow["maxPriorityThreshold"] = preemption.max_priority_threshold
     out: dict[str, Any] = {
-        "queueingStrategy": spec["queueing_strategy"],
+        "queueingStrategy": spec.queueing_strategy.value,
         "preemption": {
-            "withinClusterQueue": preemption["within_cluster_queue"],
-            "reclaimWithinCohort": preemption["reclaim_within_cohort"],
+            "withinClusterQueue": preemption.within_cluster_queue.value,
+            "reclaimWithinCohort": preemption.reclaim_within_cohort.value,
             "borrowWithinCohort": borrow,
         },
         "flavorFungibility": {
-            "whenCanBorrow": fungibility["when_can_borrow"],
-            "whenCanPreempt": fungibility["when_can_preempt"],
+            "whenCanBorrow": fungibility.when_can_borrow.value,
+            "whenCanPreempt": fungibility.when_can_preempt.value,
         },
-        "resourceGroups": _render_groups(spec["resource_groups"]),
-        "stopPolicy": spec["stop_policy"],
+        "resourceGroups": _render_groups(spec.resource_groups),
+        "stopPolicy": spec.stop_policy,
     }
-    if fungibility.get("preference"):
-        out["flavorFungibility"]["preference"] = fungibility["preference"]
-    if spec["cohort"]:
-        out["cohortName"] = spec["cohort"]
-    if spec["namespace_selector"] is not None:
-        out["namespaceSelector"] = dict(spec["namespace_selector"])
-    if spec["admission_checks"]:
+    if fungibility.preference:
+        out["flavorFungibility"]["preference"] = fungibility.preference.value
+    if spec.cohort:
+        out["cohortName"] = spec.cohort
+    if spec.namespace_selector is not None:
+        out["namespaceSelector"] = dict(spec.namespace_selector)
+    if spec.admission_checks:
         out["admissionChecksStrategy"] = {
             "admissionChecks": [
-                {
-                    "name": c["name"],
-                    **({"onFlavors": list(c["on_flavors"])} if c["on_flavors"] else {}),
-                }
-                for c in spec["admission_checks"]
+                {"name": c.name, **({"onFlavors": list(c.on_flavors)} if c.on_flavors else {})}
+                for c in spec.admission_checks
             ]
         }
+    if spec.fair_weight is not None:
+        out["fairSharing"] = {"weight": format_weight(spec.fair_weight)}
+    if spec.admission_mode is not None:
+        out["admissionScope"] = {"admissionMode": spec.admission_mode}
     return out
 
 
-def _render_cohort(spec: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"resourceGroups": _render_groups(spec["resource_groups"])}
-    if spec["parent"]:
-        out["parentName"] = spec["parent"]
+def _render_cohort(stored: Mapping[str, Any]) -> dict[str, Any]:
+    spec = CohortSpec.from_stored(stored)
+    out: dict[str, Any] = {"resourceGroups": _render_groups(spec.resource_groups)}
+    if spec.parent:
+        out["parentName"] = spec.parent
+    if spec.fair_weight is not None:
+        out["fairSharing"] = {"weight": format_weight(spec.fair_weight)}
     return out
 
 
-def _render_groups(groups: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _render_groups(groups: tuple[s.ResourceGroup, ...]) -> list[dict[str, Any]]:
     return [
         {
-            "coveredResources": list(group["covered_resources"]),
+            "coveredResources": list(group.covered_resources),
             "flavors": [
-                {"name": f["name"], "resources": [_render_quota(r) for r in f["resources"]]}
-                for f in group["flavors"]
+                {
+                    "name": flavor.name,
+                    "resources": [_render_quota(r, q) for r, q in flavor.resources.items()],
+                }
+                for flavor in group.flavors
             ],
         }
         for group in groups
     ]
 
 
-def _render_quota(quota: Mapping[str, Any]) -> dict[str, Any]:
-    resource = quota["name"]
-    out = {"name": resource, "nominalQuota": format_quantity(resource, quota["nominal_quota"])}
-    for key, field in (("borrowingLimit", "borrowing_limit"), ("lendingLimit", "lending_limit")):
-        if quota[field] is not None:
-            out[key] = format_quantity(resource, quota[field])
+def _render_quota(resource: str, quota: s.ResourceQuota) -> dict[str, Any]:
+    out = {"name": resource, "nominalQuota": format_quantity(resource, quota.nominal)}
+    for key, limit in (
+        ("borrowingLimit", quota.borrowing_limit),
+        ("lendingLimit", quota.lending_limit),
+    ):
+        if limit is not None:
+            out[key] = format_quantity(resource, limit)
     return out
 
 
@@ -302,10 +334,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "ResourceFlavor": _render_flavor,
     "ClusterQueue": _render_cluster_queue,
     "Cohort": _render_cohort,
-    "LocalQueue": lambda spec: {
-        "clusterQueue": spec["cluster_queue"],
-        "stopPolicy": spec["stop_policy"],
-    },
+    "LocalQueue": _render_local_queue,
     "AdmissionCheck": _render_admission_check,
     "Topology": lambda spec: {"levels": [{"nodeLabel": label} for label in spec["levels"]]},
 }

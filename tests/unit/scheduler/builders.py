@@ -13,6 +13,7 @@ from scheduler import (
     FlavorFungibility,
     FlavorQuotas,
     FungibilityPolicy,
+    FungibilityPreference,
     NodeSelectorRequirement,
     Pending,
     PodSet,
@@ -84,6 +85,7 @@ def cq(
     threshold: int | None = None,
     when_can_borrow: FungibilityPolicy = MAY_STOP,
     when_can_preempt: FungibilityPolicy = TRY_NEXT,
+    preference: FungibilityPreference | None = None,
     active: bool = True,
 ) -> ClusterQueue:
     specs = ([flavors] if flavors else []) + list(groups)
@@ -93,7 +95,7 @@ def cq(
         cohort=cohort,
         queueing_strategy=strategy,
         preemption=Preemption(within, reclaim, borrow_within, threshold),
-        flavor_fungibility=FlavorFungibility(when_can_borrow, when_can_preempt),
+        flavor_fungibility=FlavorFungibility(when_can_borrow, when_can_preempt, preference),
         active=active,
     )
 
@@ -129,6 +131,7 @@ def pod_set(
     node_selector: Mapping[str, str] | None = None,
     affinity: Iterable[Iterable[NodeSelectorRequirement]] = (),
     tolerations: Iterable[Toleration] = (),
+    min_count: int | None = None,
 ) -> PodSet:
     """`gpu` whole GPUs per pod unless `requests` (milli-units per pod) is given."""
     return PodSet(
@@ -138,6 +141,7 @@ def pod_set(
         dict(node_selector or {}),
         tuple(tuple(term) for term in affinity),
         tuple(tolerations),
+        min_count=min_count,
     )
 
 
@@ -223,6 +227,11 @@ class Result:
         admit = next(a for a in self.decisions.admitted if a.workload == key)
         assignment = next(p for p in admit.admission.pod_sets if p.name == pod_set)
         return assignment.flavors[resource]
+
+    def counts(self, key: str) -> dict[str, int]:
+        """PodSet name -> the pods admitted (partial admission may admit fewer)."""
+        admit = next(a for a in self.decisions.admitted if a.workload == key)
+        return {p.name: p.count for p in admit.admission.pod_sets}
 
     def borrowing(self, key: str) -> bool:
         return next(a for a in self.decisions.admitted if a.workload == key).borrowing

@@ -3,7 +3,8 @@
 // The page is rendered up to <body data-after>. Each event is shown once (by seq) in the
 // event feeds, then the regions it concerns fetch their own fragment again:
 //   [data-feed]             list the events (of one "cluster:Kind/ns/name" in data-object,
-//                           without the kinds in data-skip);
+//                           without the kinds in data-skip, matching the events page's
+//                           data-where-* filters and data-audit);
 //   [data-live=NAME]        refetch ?fragment=NAME when an event kind starts with one of the
 //                           prefixes in data-live-on (and is about data-live-object, if set);
 //   tbody[data-live-rows]   refetch only the row of the event's object (?fragment=row).
@@ -74,6 +75,17 @@
     });
   }
 
+  function refreshRows(body) {
+    later("rows", async () => {
+      const holder = document.createElement("tbody");
+      holder.innerHTML = await fetchHtml(fragmentUrl("row"));
+      for (const old of body.querySelectorAll("tr[data-key]")) old.remove();
+      const empty = body.querySelector("tr.empty");
+      for (const fresh of holder.querySelectorAll("tr[data-key]")) body.insertBefore(fresh, empty);
+      if (empty) empty.hidden = body.querySelector("tr[data-key]") !== null;
+    });
+  }
+
   // As the server's `clock` filter (web/templatetags/display.py): UTC, HH:MM:SS when today,
   // with the date otherwise, the full time on hover.
   function clock(iso) {
@@ -109,10 +121,34 @@
     return item;
   }
 
+  // The events page's filters (events/filters.py): data-where-NAME and data-audit.
+  function wanted(feed, event) {
+    const where = feed.dataset;
+    if (where.audit && (where.audit === "only") !== event.kind.startsWith("audit.")) return false;
+    if (where.whereKind && !event.object.startsWith(`${where.whereKind}/`)) return false;
+    return [
+      ["whereCluster", event.cluster],
+      ["whereNamespace", event.namespace],
+      ["whereType", event.kind],
+      ["whereWorkload", event.workload],
+    ].every(([name, value]) => !where[name] || where[name] === value);
+  }
+
+  // A trimmed feed's "older" link starts after its new last item, so nothing is skipped.
+  function trimmed(feed) {
+    const older = document.querySelector("a[data-older]");
+    if (!older || !feed.lastElementChild) return;
+    const url = new URL(older.href);
+    url.searchParams.set("before", feed.lastElementChild.dataset.seq);
+    older.href = url;
+    older.hidden = false;
+  }
+
   function addToFeeds(event) {
     for (const feed of document.querySelectorAll("[data-feed]")) {
       if (feed.dataset.object && feed.dataset.object !== `${event.cluster}:${event.object}`) continue;
       if ((feed.dataset.skip || "").split(" ").includes(event.kind)) continue;
+      if (!wanted(feed, event)) continue;
       if (feed.querySelector(`li[data-seq="${event.seq}"]`)) continue;
       feed.querySelector("li.empty")?.remove();
       const item = eventItem(event);
@@ -120,7 +156,9 @@
       else feed.prepend(item);
       // The overview's feed keeps the newest; a timeline keeps all of its object's history.
       if (feed.dataset.order === "asc") continue;
+      if (feed.children.length <= FEED_LIMIT) continue;
       while (feed.children.length > FEED_LIMIT) feed.lastElementChild.remove();
+      trimmed(feed);
     }
   }
 
@@ -142,6 +180,9 @@
       for (const body of document.querySelectorAll("tbody[data-live-rows]")) {
         refreshRow(body, `${event.cluster}:${event.object}`);
       }
+    } else if (event.kind.startsWith("workload.") && !event.object) {
+      // Many workloads at once (workload.pods past its per-round limit): every row again.
+      for (const body of document.querySelectorAll("tbody[data-live-rows]")) refreshRows(body);
     }
   }
 
