@@ -49,6 +49,11 @@ def kube_error(exc: KubeError) -> Response:
             {"detail": str(exc), "apiserver_status": exc.status, "conflicts": exc.conflicts},
             status=status.HTTP_409_CONFLICT,
         )
+    if exc.status == 409:
+        # A conflict with the cluster's state (e.g. the Kueue version it serves).
+        return Response(
+            {"detail": str(exc), "apiserver_status": exc.status}, status=status.HTTP_409_CONFLICT
+        )
     # The cluster's apiserver refused (its 4xx: the request's fault) or could not be reached.
     refused = 400 <= exc.status < 500
     return Response(

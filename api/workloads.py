@@ -24,7 +24,7 @@ from api.parsers import MANIFEST_PARSERS, manifest_text
 from events.models import Event
 from teams.services import request_scope
 from teams.visibility import redact
-from workloads import checkpoints, explain, services, whatif
+from workloads import checkpoints, explain, runtime, services, whatif
 from workloads.manifests import QUEUE_KINDS
 from workloads.models import Checkpoint, KubeObject, Workload
 from workloads.status import WORKLOAD_KINDS
@@ -229,12 +229,15 @@ class WorkloadViewSet(
     @extend_schema(responses=OpenApiResponse(OpenApiTypes.OBJECT))
     @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
     def explain(self, request: Request, pk: str) -> Response:
-        """Why each of its Kueue workloads is pending, was preempted, or is admitted."""
+        """Why each of its Kueue workloads is pending, was preempted, or is admitted, and why
+        kube-scheduler leaves any of its pods unbound (`unplaced`)."""
         obj = self.get_object()
         at = now()
         rows = obj.workloads.select_related("owner", "cluster").order_by("replica_index")
         explained = [explain.explain(row, at) for row in rows]
-        return Response(redact({"object": obj.key, "workloads": explained}, request_scope(request)))
+        unplaced = runtime.unplaced(obj.cluster, list(obj.pods.all()))
+        report = {"object": obj.key, "workloads": explained, "unplaced": unplaced}
+        return Response(redact(report, request_scope(request)))
 
 
 class WhatIfViewSet(viewsets.ViewSet):

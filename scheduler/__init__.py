@@ -51,7 +51,7 @@ from scheduler.model import (
     assignment_usage,
     pod_set_request,
 )
-from scheduler.placement import Node, Pod, place
+from scheduler.placement import Node, Pod, place, why_unplaced
 from scheduler.topology import (
     DomainAssignment,
     Placement,
@@ -115,6 +115,7 @@ __all__ = [
     "find_assignment",
     "held_quota",
     "place",
+    "why_unplaced",
     "place_workload",
     "pod_set_request",
     "request_from_annotations",

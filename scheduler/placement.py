@@ -8,6 +8,7 @@ and the pod affinities JobSet and LeaderWorkerSet inject for exclusive placement
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -34,6 +35,9 @@ class Pod:
     """(node label, group): JobSet's exclusive placement. The group's pods share one domain
     (nodes with one value of the label), and no other group places pods there."""
 
+
+NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+POD_AFFINITY = "node(s) didn't match pod affinity/anti-affinity rules"
 
 # (node label, value) -> the group that owns that domain.
 DomainOwners = Mapping[tuple[str, str], str]
@@ -68,29 +72,41 @@ class _Exclusivity:
 
 def matches_node(pod: Pod, node: Node) -> bool:
     """Filters that do not depend on free capacity."""
-    if not node.ready:
-        return False
+    return _rejection(pod, node) is None
+
+
+def _rejection(pod: Pod, node: Node) -> str | None:
+    """Why those filters reject the node, in kube-scheduler's words and filter order
+    (TaintToleration, then NodeAffinity); None when none does."""
+    if not node.ready:  # the node lifecycle controller's taint
+        return "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
+    for taint in node.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not any(
+            t.tolerates(taint) for t in pod.tolerations
+        ):
+            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
     if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
-        return False
+        return NODE_AFFINITY
     # Terms are ORed, their requirements ANDed; an empty term matches no node (k8s API).
     if pod.required_affinity and not any(
         term and all(req.matches(node.labels) for req in term) for term in pod.required_affinity
     ):
-        return False
-    return all(
-        taint.effect not in ("NoSchedule", "NoExecute")
-        or any(t.tolerates(taint) for t in pod.tolerations)
-        for taint in node.taints
-    )
+        return NODE_AFFINITY
+    return None
 
 
 def fits_node(pod: Pod, node: Node, used: Mapping[str, int]) -> bool:
+    return not _shortfall(pod, node, used)
+
+
+def _shortfall(pod: Pod, node: Node, used: Mapping[str, int]) -> list[str]:
+    """The resources (`pods` among them) the node has too little free of for the pod."""
     requests = {**pod.requests, PODS: POD}
-    return all(
-        used.get(resource, 0) + amount <= node.allocatable.get(resource, 0)
+    return [
+        resource
         for resource, amount in requests.items()
-        if amount
-    )
+        if amount and used.get(resource, 0) + amount > node.allocatable.get(resource, 0)
+    ]
 
 
 def _score(pod: Pod, node: Node, used: Mapping[str, int]) -> float:
@@ -136,3 +152,34 @@ def place(
             for resource, amount in {**pod.requests, PODS: POD}.items():
                 node_used[resource] = node_used.get(resource, 0) + amount
     return bindings
+
+
+def why_unplaced(
+    pod: Pod,
+    nodes: Iterable[Node],
+    used: Mapping[str, Mapping[str, int]],
+    owners: DomainOwners | None = None,
+) -> str | None:
+    """kube-scheduler's FailedScheduling message for a pod no node takes now, as `place`
+    filters them ("0/4 nodes are available: 1 Insufficient google.com/tpu, 3 node(s) didn't
+    match Pod's node affinity/selector."); None when some node would take it.
+
+    Like kube-scheduler, a node counts under the first filter that rejects it, under every
+    resource it lacks, and the "count reason" strings are sorted (framework.FitError.Error)."""
+    node_list = list(nodes)
+    if not node_list:
+        return "no nodes available to schedule pods"
+    exclusivity = _Exclusivity(owners or {})
+    reasons: Counter[str] = Counter()
+    for node in node_list:
+        rejection = _rejection(pod, node)
+        if rejection is not None:
+            reasons[rejection] += 1
+        elif short := _shortfall(pod, node, used.get(node.name, {})):
+            reasons.update("Too many pods" if r == PODS else f"Insufficient {r}" for r in short)
+        elif not exclusivity.allows(pod, node):
+            reasons[POD_AFFINITY] += 1
+        else:
+            return None
+    listed = ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items()))
+    return f"0/{len(node_list)} nodes are available: {listed}."

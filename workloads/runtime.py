@@ -258,6 +258,24 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
     return bool(bound)
 
 
+def unplaced(cluster: Cluster, waiting: Sequence[Pod]) -> list[dict[str, Any]]:
+    """Why kube-scheduler leaves these pods unbound now, as `_bind_pods` would filter the
+    nodes: [{"why": its FailedScheduling message, "pods": names}], one per message."""
+    waiting = [p for p in waiting if p.phase == Pod.Phase.PENDING and p.node_id is None]
+    if not waiting:
+        return []
+    fleet = cluster_nodes(cluster.pk)
+    candidates = [_pod(p) for p in waiting]
+    owners = exclusive_owners(cluster) if any(p.exclusive for p in candidates) else None
+    used = _node_usage(cluster, fleet.nodes, fleet.ids)
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for pod in candidates:
+        why = scheduler.why_unplaced(pod, fleet.nodes, used, owners)
+        if why is not None:
+            by_reason[why].append(pod.key)
+    return [{"why": why, "pods": sorted(names)} for why, names in by_reason.items()]
+
+
 def _reachable(nodes: list[scheduler.Node], pods: Sequence[scheduler.Pod]) -> list[scheduler.Node]:
     """The nodes any of the pods could go to. When every pod's node selector names a host (a
     TAS assignment pins each pod to its leaf domain), only those hosts: no other node matches

@@ -71,6 +71,9 @@ class Admit(Enum):
     where one run admits a whole burst of submissions."""
     SKIP = "skip"
     """Not at all: the caller runs admission itself, when it chooses (tests, benchmarks)."""
+    DRY_RUN = "dry_run"
+    """What-if: nothing is sent to a real cluster's apiserver, and admission runs here and
+    now even on a real cluster, deciding from its mirrored state as Kueue would."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ def apply(
             lookups = _Lookups(cluster, documents)
             results = [_apply_one(lookups, plan, now, simulation or {}, actor) for plan in plans]
             # Last, so that a refusal by the apiserver rolls all of it back.
-            with _on_cluster(cluster) as api:
+            with _on_cluster(cluster, dry_run=admit is Admit.DRY_RUN) as api:
                 if api is not None:
                     for doc in documents:
                         # Kueue objects are never forced: a field another manager owns is a
@@ -155,7 +158,12 @@ def apply(
 def _admit(cluster: Cluster, now: datetime, admit: Admit) -> None:
     """Admission after a change. On a real cluster Kueue admits; what it decides comes back
     through the watch (workloads/kube)."""
-    if admit is Admit.SKIP or cluster.provider != Cluster.Provider.SIM:
+    simulated = cluster.provider == Cluster.Provider.SIM
+    if admit is Admit.SKIP or (not simulated and admit is not Admit.DRY_RUN):
+        return
+    if not simulated:
+        # Kueue's decision only: the simulator must not run a real cluster's pods.
+        admission.admit_pending(cluster, now)
         return
     if admit is Admit.AS_CONFIGURED and settings.ACCELPLANE_ADMISSION == "worker":
         tasks.admit_soon(cluster)
@@ -583,9 +591,10 @@ def _create_workloads(
 
 
 @contextmanager
-def _on_cluster(cluster: Cluster) -> Iterator[client.ApiClient | None]:
-    """The Kubernetes API of a real cluster; None for a simulated one (nothing to call)."""
-    if cluster.provider == Cluster.Provider.SIM:
+def _on_cluster(cluster: Cluster, dry_run: bool = False) -> Iterator[client.ApiClient | None]:
+    """The Kubernetes API of a real cluster; None for a simulated one or a dry run (nothing
+    to call)."""
+    if dry_run or cluster.provider == Cluster.Provider.SIM:
         yield None
         return
     with kube_client.api_client(cluster) as api:

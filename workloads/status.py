@@ -27,6 +27,7 @@ TRAINING_KINDS = ("Job", "JobSet")
 # Pending reasons that mean no quota or flavor can ever fit the workload.
 INADMISSIBLE_REASONS = ("ExceedsMaxQuota", "NoMatchingFlavor")
 ADMITTED = Workload.Phase.ADMITTED
+QUOTA_RESERVED = Workload.Phase.QUOTA_RESERVED
 PREEMPTED = "Preempted"  # Kueue's Evicted reason for a preemption; the Preempted one says why
 # What a status needs of a pod: ready, node id, phase, its node's pool name.
 PodFacts = tuple[bool, int | None, str, str | None]
@@ -36,6 +37,10 @@ def object_phase(obj: KubeObject, rows: list[Workload]) -> str:
     active = [w for w in rows if w.phase in Workload.ACTIVE_PHASES]
     if any(w.phase == Workload.Phase.ADMITTED for w in active):
         return "Admitted"
+    # Quota reserved, admission checks (the GKE slice controller's) not yet Ready: on its way
+    # in, whether or not it was evicted before.
+    if any(w.phase == Workload.Phase.QUOTA_RESERVED for w in active):
+        return "Admitting"
     if not active and rows:
         return "Failed" if any(w.phase == Workload.Phase.FAILED for w in rows) else "Finished"
     if any(w.pending_reason in INADMISSIBLE_REASONS for w in active):
@@ -70,10 +75,25 @@ def object_statuses(objects: Iterable[KubeObject]) -> dict[int, dict[str, Any]]:
             .annotate(count=Count("pk"))
             .values_list("workload__owner_id", "count")
         )
+    reserved = [w.pk for rows in workloads.values() for w in rows if w.phase == QUOTA_RESERVED]
+    activating: dict[int, int] = {}
+    if reserved:
+        waiting = Slice.objects.filter(workload__in=reserved, state=Slice.State.ACTIVATING)
+        activating = dict(
+            waiting.values("workload__owner_id")
+            .annotate(count=Count("pk"))
+            .values_list("workload__owner_id", "count")
+        )
     training = [obj.pk for obj in objects if obj.kind in TRAINING_KINDS]
     latest_step = checkpoints.latest_steps(training) if training else {}
     return {
-        obj.pk: _status(obj, workloads[obj.pk], pods[obj.pk], slices.get(obj.pk, 0), latest_step)
+        obj.pk: _status(
+            obj,
+            workloads[obj.pk],
+            pods[obj.pk],
+            (slices.get(obj.pk, 0), activating.get(obj.pk, 0)),
+            latest_step,
+        )
         for obj in objects
     }
 
@@ -82,9 +102,10 @@ def _status(
     obj: KubeObject,
     rows: list[Workload],
     pods: list[PodFacts],
-    slices: int,
+    slices: tuple[int, int],
     latest_step: Mapping[int, int],
 ) -> dict[str, Any]:
+    """`slices`: (active slices of its admitted workloads, activating ones of the others)."""
     admitted = [w for w in rows if w.phase == ADMITTED]
     status: dict[str, Any] = {
         "phase": object_phase(obj, rows) if rows or obj.kind in TRAINING_KINDS else "Unmanaged",
@@ -96,8 +117,15 @@ def _status(
         ),
         "preemptions": obj.preemptions,
         "pools": sorted({pool for _, node_id, _, pool in pods if node_id is not None}),
-        "slices": slices,
+        "slices": slices[0],
     }
+    if status["phase"] == "Admitting":
+        activating = slices[1]
+        status["admitting"] = (
+            f"{activating} slice{'s' if activating != 1 else ''} activating"
+            if activating
+            else "waiting for admission checks"
+        )
     flavors = {f for w in admitted for p in w.assignments for f in p["flavors"].values()}
     if len(flavors) == 1:
         status["flavor"] = flavors.pop()

@@ -9,6 +9,7 @@ path, so nothing escapes the rolled-back transaction.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -21,7 +22,9 @@ from events.models import Event
 from workloads import admission, checkpoints, runtime, services
 from workloads.explain import workload_ref
 from workloads.manifests import QUEUE_KINDS, Document
-from workloads.models import Pod, Workload
+from workloads.models import KubeObject, Pod, Workload
+from workloads.quantities import format_quantity
+from workloads.status import WORKLOAD_KINDS
 
 
 class _RollBack(Exception):
@@ -43,7 +46,8 @@ def whatif(
 ) -> dict[str, Any]:
     """JSON-ready: per workload of the applied objects, whether it would be admitted at `now`
     ("admitted", "admitted_after_preemption" once its victims stop, or "pending" with Kueue's
-    reason), its flavors and placement, and whom it would preempt at what cost in steps.
+    reason), its flavors and placement, and whom it would preempt at what cost in steps;
+    per object Kueue does not queue, the nodes its pods would take and why any would wait.
 
     Raises ManifestError for invalid manifests, as `services.apply` does; nothing is stored.
     """
@@ -62,9 +66,11 @@ def _apply_and_observe(
     namespace: str | None,
     authorize: Callable[[Document], None] | None,
 ) -> dict[str, Any]:
-    # Catch the simulated cluster up to `now` first (checkpoints due, pods ready), as live
-    # mode's tick would, so that steps lost are counted from the right checkpoint.
-    admission.settle(cluster, now)
+    # Catch a simulated cluster up to `now` first (checkpoints due, pods ready), as live
+    # mode's tick would, so that steps lost are counted from the right checkpoint. A real
+    # cluster's rows are its watch's.
+    if cluster.provider == Cluster.Provider.SIM:
+        admission.settle(cluster, now)
     last_event = Event.objects.aggregate(last=Max("id"))["last"] or 0
     last_workload = Workload.objects.aggregate(last=Max("id"))["last"] or 0
     applied = services.apply(
@@ -73,7 +79,7 @@ def _apply_and_observe(
         source=source,
         now=now,
         namespace=namespace,
-        admit=services.Admit.NOW,
+        admit=services.Admit.DRY_RUN,
         authorize=authorize,
     )
     log = Event.objects.filter(cluster=cluster.name, id__gt=last_event)
@@ -81,9 +87,35 @@ def _apply_and_observe(
         owner__in=[a.pk for a in applied if a.kind not in QUEUE_KINDS],
         phase__in=Workload.ACTIVE_PHASES,
     ).select_related("owner")
+    owners = [a.pk for a in applied if a.kind in WORKLOAD_KINDS]
     return {
         "applied": [{"object": a.key, "action": a.action} for a in applied],
         "workloads": [_outcome(row, row.pk > last_workload, log) for row in rows],
+        "unqueued": [_unqueued(obj) for obj in _without_workloads(owners)],
+    }
+
+
+def _without_workloads(owner_ids: list[int]) -> QuerySet[KubeObject]:
+    """The objects Kueue does not queue (no queue-name label): it made no workload of them."""
+    objects = KubeObject.objects.filter(pk__in=owner_ids, workloads__isnull=True)
+    return objects.select_related("cluster").order_by("pk")
+
+
+def _unqueued(obj: KubeObject) -> dict[str, Any]:
+    """kube-scheduler binds its pods at `now` as nodes allow: where, what they take there,
+    and why the others wait (its FailedScheduling message)."""
+    pods = list(Pod.objects.filter(owner=obj))
+    takes: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        if pod.node_id is not None:
+            for resource, amount in pod.scheduling["requests"].items():
+                takes[resource] += amount
+    return {
+        "object": obj.key,
+        "pods": len(pods),
+        "nodes": _bound(Pod.objects.filter(owner=obj)),
+        "takes": {r: format_quantity(r, v) for r, v in sorted(takes.items()) if v},
+        "unplaced": runtime.unplaced(obj.cluster, pods),
     }
 
 
@@ -124,7 +156,11 @@ def _pod_set(assignment: dict[str, Any]) -> dict[str, Any]:
 
 def _nodes(row: Workload) -> list[dict[str, str]]:
     """Where kube-scheduler bound its pods at `now` (pods still starting included)."""
-    bound = Pod.objects.filter(workload=row, node__isnull=False).order_by("name")
+    return _bound(Pod.objects.filter(workload=row))
+
+
+def _bound(pods: QuerySet[Pod]) -> list[dict[str, str]]:
+    bound = pods.filter(node__isnull=False).order_by("name")
     return [
         {"pod": name, "node": node, "node_pool": pool}
         for name, node, pool in bound.values_list("name", "node__name", "node__node_pool__name")

@@ -6,7 +6,8 @@ import pytest
 
 from clusters.models import Cluster
 from clusters.providers.gke import GkeProvider
-from tests.contract.fake_gke import FakeGke
+from tests.contract import existing
+from tests.contract.fake_gke import FakeGke, existing_cluster
 from tests.contract.fake_kube import FakeKube
 from tests.support import GPU_QUEUES, NAMESPACE, at, deployment, job
 from workloads import services
@@ -34,6 +35,31 @@ def gke(fake_gke):
 def fake_kube():
     with FakeKube() as fake:
         yield fake
+
+
+@pytest.fixture
+def existing_kube(fake_kube):
+    """The apiserver of a cluster set up without Accelplane (tests/contract/existing.py).
+    Its watches end as soon as they have sent what is pending: each session of these tests
+    reads what the test put before it, and a whole second per session adds up."""
+    existing.fill(fake_kube)
+    fake_kube.max_watch_seconds = 0.05
+    return fake_kube
+
+
+@pytest.fixture
+def gke_endpoint(settings, fake_gke):
+    settings.ACCELPLANE_GKE_ENDPOINT = fake_gke.url
+
+
+@pytest.fixture
+def in_gke(fake_gke, gke_endpoint):
+    """ml-prod, made with gcloud: default, L4 GPU and v5e TPU pools; and a second cluster."""
+    fake_gke.add_existing(existing.PROJECT, existing.REGION, existing_cluster())
+    fake_gke.add_existing(
+        existing.PROJECT, existing.REGION, {**existing_cluster("batch"), "nodePools": []}
+    )
+    return f"projects/{existing.PROJECT}/locations/{existing.REGION}/clusters/ml-prod"
 
 
 @pytest.fixture

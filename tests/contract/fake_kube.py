@@ -22,6 +22,11 @@
   included; `manager=` makes it own the object's fields, as kubectl would), `remove` (one
   deleting it), `drop_next_watch(after=n)` (the next watch connection is cut after n
   events), `compact()` (watches from any older resourceVersion get a 410 Gone ERROR event).
+- Discovery of the Kueue group (GET /apis/kueue.x-k8s.io): its served versions, newest
+  first (as the apiserver orders a CRD's), `kueue_versions` (both by default; a cluster
+  running a Kueue before 0.15 serves v1beta1 only, and its other versions' paths are 404).
+- `max_watch_seconds` caps how long a watch stays open (timeoutSeconds is whole seconds):
+  tests whose sessions only need what is pending end them sooner.
 - `calls` logs every request for tests to assert on.
 """
 
@@ -41,6 +46,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from tests.contract.loopback import LoopbackServer
 
+KUEUE = "kueue.x-k8s.io"
 KUEUE_VERSIONS = frozenset({"v1beta1", "v1beta2"})
 # (group, plural) -> (kind, namespaced, served versions).
 RESOURCES: dict[tuple[str, str], tuple[str, bool, frozenset[str]]] = {
@@ -157,6 +163,9 @@ class FakeKube(LoopbackServer):
     """(namespace, pod) -> the text GET .../pods/NAME/log answers."""
     owners: dict[Key, dict[str, set[str]]] = field(default_factory=dict)
     """Per object: field path (`.spec.cohortName`) -> the field managers that own it."""
+    kueue_versions: frozenset[str] = KUEUE_VERSIONS
+    """The versions of kueue.x-k8s.io served."""
+    max_watch_seconds: float = MAX_WATCH_SECONDS
 
     # Test controls.
 
@@ -205,9 +214,12 @@ class FakeKube(LoopbackServer):
         """A plain (non-watch) request: its status and JSON answer."""
         try:
             self._authorize(authorization)
-            target = self._target(call.path)
-            with self._changed:
-                answer = self._route(call, target)
+            if call.path == f"/apis/{KUEUE}":
+                answer = self._kueue_group()
+            else:
+                target = self._target(call.path)
+                with self._changed:
+                    answer = self._route(call, target)
             call.status = 200
         except Refused as refused:
             call.status, answer = refused.code, refused.status()
@@ -238,6 +250,21 @@ class FakeKube(LoopbackServer):
             return self._merge(target, call.body)
         raise Refused(415, "UnsupportedMediaType", f"{call.method} {call.content_type!r}")
 
+    def _kueue_group(self) -> dict[str, Any]:
+        if not self.kueue_versions:
+            raise Refused(404, "NotFound", "the server could not find the requested resource")
+        versions = [
+            {"groupVersion": f"{KUEUE}/{v}", "version": v}
+            for v in sorted(self.kueue_versions, reverse=True)
+        ]
+        return {
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": KUEUE,
+            "versions": versions,
+            "preferredVersion": versions[0],
+        }
+
     def _target(self, path: str) -> Target:
         match = PATH.fullmatch(path)
         if match is None:
@@ -245,7 +272,8 @@ class FakeKube(LoopbackServer):
         group = match["group"] or ""
         version = match["core"] or match["version"]
         resource = RESOURCES.get((group, match["plural"]))
-        if resource is None or version not in resource[2]:
+        served = self.kueue_versions if group == KUEUE else resource[2] if resource else ()
+        if resource is None or version not in served:
             raise Refused(404, "NotFound", "the server could not find the requested resource")
         kind, namespaced, _ = resource
         if match["namespace"] and not namespaced:
@@ -473,7 +501,7 @@ class FakeKube(LoopbackServer):
         self.calls.append(call)
         since = int(call.query.get("resourceVersion") or 0)
         seconds = min(
-            float(call.query.get("timeoutSeconds") or MAX_WATCH_SECONDS), MAX_WATCH_SECONDS
+            float(call.query.get("timeoutSeconds") or MAX_WATCH_SECONDS), self.max_watch_seconds
         )
         deadline = time.monotonic() + seconds
         drop_after, self._drop_after = self._drop_after, None

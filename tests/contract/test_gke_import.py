@@ -13,29 +13,10 @@ from clusters import services
 from clusters.models import Cluster, NodePool
 from clusters.providers.sim import SimProvider
 from events.models import Event
+from tests.contract.existing import IMPORT, PROJECT, REGION
 from tests.contract.fake_gke import existing_cluster
 
-PROJECT, REGION = "acme-ml", "us-central1"
-IMPORT = {
-    "import": True,
-    "name": "ml-prod",
-    "provider": "gke",
-    "project": PROJECT,
-    "location": REGION,
-}
-
-
-@pytest.fixture(autouse=True)
-def gke_endpoint(settings, fake_gke):
-    settings.ACCELPLANE_GKE_ENDPOINT = fake_gke.url
-
-
-@pytest.fixture
-def in_gke(fake_gke):
-    """ml-prod, made with gcloud: default, L4 GPU and v5e TPU pools; and a second cluster."""
-    fake_gke.add_existing(PROJECT, REGION, existing_cluster())
-    fake_gke.add_existing(PROJECT, REGION, {**existing_cluster("batch"), "nodePools": []})
-    return f"projects/{PROJECT}/locations/{REGION}/clusters/ml-prod"
+pytestmark = pytest.mark.usefixtures("gke_endpoint")
 
 
 def post_import(staff_api, django_capture_on_commit_callbacks, **changes):

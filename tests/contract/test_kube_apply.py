@@ -191,15 +191,16 @@ def test_an_apiserver_refusal_names_the_object_and_the_message(api):
     assert refused.value.status == 404
 
 
-def test_a_version_the_apiserver_does_not_serve_is_refused(api):
+def test_a_version_the_apiserver_does_not_serve_is_refused(api, fake_kube):
     manifest = {
         "apiVersion": "kueue.x-k8s.io/v9",
         "kind": "ClusterQueue",
         "metadata": {"name": "cq"},
     }
 
-    with pytest.raises(KubeError, match="apply ClusterQueue/cq: 404 the server could not find"):
+    with pytest.raises(KubeError, match="the cluster's Kueue serves kueue.x-k8s.io/v1beta2 and"):
         kube.apply(api, manifest)
+    assert not fake_kube.requests("PATCH")
 
 
 def test_kinds_accelplane_does_not_apply_are_refused_before_any_call(api, fake_kube):

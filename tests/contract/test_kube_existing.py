@@ -14,6 +14,14 @@ from rest_framework.test import APIClient
 
 from clusters.models import Cluster
 from teams import services as teams
+from tests.contract.existing import (
+    FLAVOR,
+    GPU_QUEUE,
+    KUBECTL,
+    kubectl_job,
+    kueue_only,
+    read,
+)
 from tests.support import at
 from workloads import services
 from workloads.kube import watch
@@ -27,170 +35,16 @@ from workloads.models import (
     Workload,
 )
 
-KUBECTL = "kubectl-client-side-apply"
-KUEUE = "kueue.x-k8s.io/v1beta2"
-
-FLAVOR = {
-    "apiVersion": KUEUE,
-    "kind": "ResourceFlavor",
-    "metadata": {"name": "l4"},
-    "spec": {"nodeLabels": {"cloud.google.com/gke-accelerator": "nvidia-l4"}},
-}
-GPU_QUEUE = {
-    "apiVersion": KUEUE,
-    "kind": "ClusterQueue",
-    "metadata": {"name": "gpu-queue"},
-    "spec": {
-        "namespaceSelector": {},
-        "resourceGroups": [
-            {
-                "coveredResources": ["cpu", "nvidia.com/gpu"],
-                "flavors": [
-                    {
-                        "name": "l4",
-                        "resources": [
-                            {"name": "cpu", "nominalQuota": "48"},
-                            {"name": "nvidia.com/gpu", "nominalQuota": "8"},
-                        ],
-                    }
-                ],
-            }
-        ],
-    },
-    "status": {"admittedWorkloads": 2},
-}
-BROKEN_QUEUE = {
-    "apiVersion": KUEUE,
-    "kind": "ClusterQueue",
-    "metadata": {"name": "broken"},
-    "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": "l4"}]},
-}
-LOCAL_QUEUES = [
-    {
-        "apiVersion": KUEUE,
-        "kind": "LocalQueue",
-        "metadata": {"name": "team-llm", "namespace": namespace},
-        "spec": {"clusterQueue": "gpu-queue"},
-    }
-    for namespace in ("llm", "research")
-]
-KUEUE_CONFIG = {
-    "apiVersion": "v1",
-    "kind": "ConfigMap",
-    "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
-    "data": {
-        "controller_manager_config.yaml": yaml.safe_dump(
-            {
-                "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-                "kind": "Configuration",
-                "waitForPodsReady": {"timeout": "5m"},
-            }
-        )
-    },
-}
-
-
-def kubectl_job(name: str, namespace: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"kueue.x-k8s.io/queue-name": "team-llm"},
-        },
-        "spec": {"parallelism": 2, "completions": 2, "template": pod_template(gpus)},
-    }
-
-
-def pod_template(gpus: int) -> dict[str, Any]:
-    container = {
-        "name": "trainer",
-        "image": "trainer",
-        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "2"}},
-    }
-    return {"spec": {"containers": [container], "restartPolicy": "Never"}}
-
-
-def kueue_workload(
-    name: str, namespace: str, owner: tuple[str, str, str], gpus: int, *, admitted: bool
-) -> dict[str, Any]:
-    """A Kueue Workload as Kueue's job integrations create it: owned by the job object."""
-    api_version, kind, owner_name = owner
-    status: dict[str, Any] = {"conditions": []}
-    if admitted:
-        status["conditions"] = [
-            {"type": kind, "status": "True", "reason": kind, "message": "", "lastTransitionTime": t}
-            for kind, t in (
-                ("QuotaReserved", "2025-01-01T00:00:01+00:00"),
-                ("Admitted", "2025-01-01T00:00:02+00:00"),
-            )
-        ]
-        status["admission"] = {
-            "clusterQueue": "gpu-queue",
-            "podSetAssignments": [
-                {"name": "main", "flavors": {"nvidia.com/gpu": "l4", "cpu": "l4"}, "count": 2}
-            ],
-        }
-    return {
-        "apiVersion": KUEUE,
-        "kind": "Workload",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "creationTimestamp": "2025-01-01T00:00:00+00:00",
-            "ownerReferences": [
-                {"apiVersion": api_version, "kind": kind, "name": owner_name, "controller": True}
-            ],
-        },
-        "spec": {
-            "queueName": "team-llm",
-            "priority": 100,
-            "podSets": [{"name": "main", "count": 2, "template": pod_template(gpus)}],
-        },
-        "status": status,
-    }
-
-
-FINETUNE = kueue_workload(
-    "job-finetune-1a2b3", "llm", ("batch/v1", "Job", "finetune"), 1, admitted=True
-)
-RAY = kueue_workload(
-    "rayjob-sweep-4c5d6", "llm", ("ray.io/v1", "RayJob", "sweep"), 2, admitted=True
-)
-RESEARCH = kueue_workload(
-    "job-probe-7e8f9", "research", ("batch/v1", "Job", "probe"), 1, admitted=False
-)
-
 
 @pytest.fixture
-def cluster(db, fake_kube):
-    for obj in (FLAVOR, GPU_QUEUE, BROKEN_QUEUE, *LOCAL_QUEUES, KUEUE_CONFIG):
-        fake_kube.put(obj, manager=KUBECTL)
-    for obj in (kubectl_job("finetune", "llm", 1), kubectl_job("probe", "research", 1)):
-        fake_kube.put(obj, manager="kubectl-client-side-apply")
-    for obj in (FINETUNE, RAY, RESEARCH):
-        fake_kube.put(obj)
+def cluster(db, existing_kube):
     return Cluster.objects.create(
         name="existing",
         provider="gke",
         project="acme-ml",
         status=Cluster.Status.RUNNING,
-        endpoint=fake_kube.url,
+        endpoint=existing_kube.url,
     )
-
-
-def read(cluster: Cluster, api, *watched: watch.Watched) -> list[watch.Session]:
-    return [
-        watch.watch_resource(cluster, api, w, timeout_seconds=1)
-        for w in watched or watch.WATCHED.values()
-        if w is not watch.NODES and w is not watch.PODS
-    ]
-
-
-def kueue_only(kind: str) -> watch.Watched:
-    (found,) = (w for w in watch.QUEUE_OBJECTS if w.resource.startswith(kind))
-    return found
 
 
 @pytest.fixture

@@ -237,7 +237,7 @@ def test_the_first_session_lists_then_watches_and_stores_the_version(cluster, ap
     first = session(cluster, api)
 
     assert (first.relisted, first.events) == (True, 2)
-    list_call, watch_call = fake_kube.requests("GET")
+    list_call, watch_call = fake_kube.requests("GET", "/workloads")
     assert list_call.path == watch_call.path == "/apis/kueue.x-k8s.io/v1beta2/workloads"
     assert watch_call.query["watch"] == "true"
     assert watch_call.query["resourceVersion"] == str(fake_kube.resource_version)

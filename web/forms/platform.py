@@ -7,6 +7,7 @@ form field that produced it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,10 @@ CATALOG_FIELDS = {
     "nodes": "node_count",
 }
 POLICIES = [(p, p) for p in ("Never", "LowerPriority", "LowerOrNewerEqualPriority", "Any")]
+# The form's one flavor: its i-th resource (and covered resource) is the i-th filled quota.
+QUOTA_PATH = re.compile(
+    r"spec\.resourceGroups\[0\]\.(?:flavors\[0\]\.resources|coveredResources)\[(\d+)\]"
+)
 
 
 def _machine_label(machine: catalog.MachineType) -> str:
@@ -274,10 +279,15 @@ class KueueForm(forms.Form):
         """The fields of a stored object, from its rendered manifest (`services.rendered`)."""
         return {"name": manifest["metadata"]["name"]}
 
+    def field_for(self, path: str) -> str | None:
+        """The form field that produced the manifest's field at `path` (None: the form)."""
+        return next((f for prefix, f in self.FIELD_PATHS if path.startswith(prefix)), None)
+
     def add_manifest_error(self, error: ManifestError) -> None:
-        path = error.path or ""
-        field = next((f for prefix, f in self.FIELD_PATHS if path.startswith(prefix)), None)
-        self.add_error(field, str(error))
+        field = self.field_for(error.path or "")
+        # Under its field the manifest path means nothing to the user; above the form it
+        # is all that says where the problem is.
+        self.add_error(field, error.message if field else str(error))
 
 
 class KueueYamlForm(KueueForm):
@@ -415,9 +425,21 @@ class ClusterQueueForm(KueueForm):
             self.add_error("cpu", "give a nominal quota for at least one resource")
         return data
 
+    def _quotas(self) -> list[tuple[str, str, str]]:
+        """(form field, resource, nominal quota) of the filled quotas, in manifest order."""
+        data = self.cleaned_data
+        return [(f, r, data[f]) for f, r in self.RESOURCES if data.get(f)]
+
+    def field_for(self, path: str) -> str | None:
+        match = QUOTA_PATH.match(path)
+        quotas = self._quotas()
+        if match and int(match[1]) < len(quotas):
+            return quotas[int(match[1])][0]
+        return super().field_for(path)
+
     def manifest(self) -> dict[str, Any]:
         data = self.cleaned_data
-        quotas = [(r, data[f]) for f, r in self.RESOURCES if data.get(f)]
+        quotas = [(r, q) for _, r, q in self._quotas()]
         spec: dict[str, Any] = {
             "namespaceSelector": {},
             "preemption": {

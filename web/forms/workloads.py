@@ -14,7 +14,15 @@ from workloads.manifests import ManifestError
 from workloads.models import LocalQueue
 from workloads.status import WORKLOAD_KINDS
 
-OBJECT_PHASES = ("Admitted", "Pending", "Suspended", "Inadmissible", "Finished", "Failed")
+OBJECT_PHASES = (
+    "Admitted",
+    "Admitting",
+    "Pending",
+    "Suspended",
+    "Inadmissible",
+    "Finished",
+    "Failed",
+)
 
 
 def choice_field(form: forms.Form, name: str) -> forms.ChoiceField:

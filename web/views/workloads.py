@@ -138,7 +138,12 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
     def explained() -> dict[str, Any]:
         now = timezone.now()
         rows = obj.workloads.select_related("owner", "cluster").order_by("replica_index")
-        return {"explained": redact([explain.explain(row, now) for row in rows], scope)}
+        pods = list(Pod.objects.filter(owner=obj))
+        return {
+            "explained": redact([explain.explain(row, now) for row in rows], scope),
+            "pods": len(pods),
+            "unplaced": runtime.unplaced(obj.cluster, pods),
+        }
 
     def checkpoints() -> dict[str, Any]:
         return {"checkpoints": list(Checkpoint.objects.filter(owner=obj).order_by("-step"))}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import urllib3
@@ -43,6 +43,10 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("kueue.x-k8s.io", "AdmissionCheck"): ("admissionchecks", False),
     ("kueue.x-k8s.io", "Workload"): ("workloads", True),
 }
+KUEUE_GROUP = "kueue.x-k8s.io"
+# The Kueue versions Accelplane reads and writes, newest first: Kueue serves v1beta2 from
+# 0.15 on (v1beta1 too, deprecated), v1beta1 only before.
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 # Kueue's manager reads its Configuration from this ConfigMap's key (at its start).
 KUEUE_NAMESPACE = "kueue-system"
 CONFIG_MAP = "kueue-manager-config"
@@ -107,8 +111,70 @@ def apply(
     if manifest.get("kind") == "Configuration":
         manifest, namespace = configuration_map(manifest), KUEUE_NAMESPACE
     ref = ObjectRef.of_manifest(manifest, namespace)
+    if ref.api_version.startswith(f"{KUEUE_GROUP}/"):
+        manifest = served_manifest(manifest, kueue_versions(api), ref)
+        ref = ObjectRef.of_manifest(manifest, namespace)
     query = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
     return request(api, "PATCH", ref, "apply", query=query, body=manifest, content_type=APPLY_PATCH)
+
+
+def kueue_versions(api: client.ApiClient) -> tuple[str, ...]:
+    """The Kueue versions both the cluster serves and Accelplane speaks, newest first, from
+    the apiserver's discovery of the group (/apis/kueue.x-k8s.io). Without Kueue installed
+    (404): the newest, whose calls then answer the apiserver's 404 themselves."""
+    try:
+        group = _send(api, "GET", f"/apis/{KUEUE_GROUP}", f"discover {KUEUE_GROUP}")
+    except KubeError as error:
+        if error.status != 404:
+            raise
+        return KUEUE_VERSIONS[:1]
+    served = [str(v.get("version")) for v in group.get("versions") or [] if isinstance(v, dict)]
+    spoken = tuple(v for v in KUEUE_VERSIONS if v in served)
+    if not spoken:
+        raise KubeError(
+            f"the cluster serves {KUEUE_GROUP} {', '.join(served) or 'in no version'}; "
+            f"Accelplane speaks {' and '.join(KUEUE_VERSIONS)}",
+            status=409,
+        )
+    return spoken
+
+
+def kueue_version(api: client.ApiClient) -> str:
+    """The version Kueue objects are read in: the newest of kueue_versions."""
+    return kueue_versions(api)[0]
+
+
+def served_manifest(
+    manifest: Mapping[str, Any], versions: Sequence[str], ref: ObjectRef
+) -> dict[str, Any]:
+    """A Kueue manifest as submitted when the cluster serves its version; else converted to
+    the newest served as Kueue's webhook does (apis/kueue/v1beta1/clusterqueue_conversion.go:
+    from v1beta2 to v1beta1 only a ClusterQueue's cohortName is spelled differently,
+    `cohort`). Any other conversion is a 409 naming the served versions."""
+    if ref.api_version.partition("/")[2] in versions:
+        return dict(manifest)
+    served = f"{KUEUE_GROUP}/{versions[0]}"
+
+    def refused(what: str) -> KubeError:
+        listed = " and ".join(f"{KUEUE_GROUP}/{v}" for v in versions)
+        return KubeError(
+            f"apply {ref.key}: the cluster's Kueue serves {listed}, where {what} cannot be "
+            f"written; submit it as {served}",
+            status=409,
+        )
+
+    if (ref.api_version, served) != (f"{KUEUE_GROUP}/v1beta2", f"{KUEUE_GROUP}/v1beta1"):
+        raise refused(f"a {ref.api_version} manifest")
+    spec = dict(manifest.get("spec") or {})
+    if ref.kind == "ClusterQueue":
+        if "concurrentAdmissionPolicy" in spec:
+            raise refused("spec.concurrentAdmissionPolicy (v1beta2 only)")
+        if "cohortName" in spec:
+            spec["cohort"] = spec.pop("cohortName")
+    converted = {**manifest, "apiVersion": served}
+    if "spec" in manifest:
+        converted["spec"] = spec
+    return converted
 
 
 def configuration_map(configuration: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,6 +201,9 @@ def scale(api: client.ApiClient, kind: str, namespace: str, name: str, replicas:
 def delete(api: client.ApiClient, ref: ObjectRef) -> None:
     """Deleted with its dependents (a Job's own default would orphan its pods); gone is fine."""
     body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+    if ref.api_version.startswith(f"{KUEUE_GROUP}/"):
+        # Deleted at the served version: at another the apiserver's 404 would read as gone.
+        ref = replace(ref, api_version=f"{KUEUE_GROUP}/{kueue_version(api)}")
     try:
         request(api, "DELETE", ref, "delete", body=body)
     except KubeError as error:
@@ -153,12 +222,26 @@ def request(
     body: Mapping[str, Any] | None = None,
     content_type: str = "",
 ) -> dict[str, Any]:
+    path = ref.path(subresource)
+    return _send(api, method, path, f"{verb} {ref.key}", query, body, content_type)
+
+
+def _send(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    what: str,
+    query: Sequence[tuple[str, str]] = (),
+    body: Mapping[str, Any] | None = None,
+    content_type: str = "",
+) -> dict[str, Any]:
+    """One call to the apiserver; a refusal is a KubeError starting with `what`."""
     headers = {"Accept": "application/json"}
     if content_type:
         headers["Content-Type"] = content_type
     serialized = api.param_serialize(
         method=method,
-        resource_path=ref.path(subresource),
+        resource_path=path,
         query_params=list(query),
         header_params=headers,
         body=body,
@@ -170,12 +253,12 @@ def request(
         data = api.response_deserialize(response, {"2XX": "object"}).data
     except ApiException as error:
         raise KubeError(
-            f"{verb} {ref.key}: {error.status} {apiserver_message(error)}",
+            f"{what}: {error.status} {apiserver_message(error)}",
             status=error.status or 0,
             conflicts=field_conflicts(error),
         ) from None
     except urllib3.exceptions.HTTPError as error:
-        raise KubeError(f"{verb} {ref.key}: the apiserver is unreachable: {error}") from None
+        raise KubeError(f"{what}: the apiserver is unreachable: {error}") from None
     return data if isinstance(data, dict) else {}
 
 

@@ -203,7 +203,7 @@ def _foreign_row(cluster: Cluster, seen: Observed, obj: Mapping[str, Any]) -> Wo
         namespace=seen.namespace,
         name=name,
         defaults={
-            "api_version": _owner_api_version(metadata, kind),
+            "api_version": _owner_api_version(obj, kind),
             "manifest": {},
             "managed_elsewhere": True,
             "created_at": seen.seen_at,
@@ -221,7 +221,7 @@ def _foreign_row(cluster: Cluster, seen: Observed, obj: Mapping[str, Any]) -> Wo
             namespace=seen.namespace,
             queue_name=str(spec.get("queueName") or ""),
             priority=priority if isinstance(priority, int) else 0,
-            priority_class_name=str(spec.get("priorityClassName") or ""),
+            priority_class_name=_priority_class_name(spec),
             pod_sets=pod_sets,
             queued_at=kube_time(metadata.get("creationTimestamp"), seen.seen_at),
             active=spec.get("active") is not False,
@@ -248,10 +248,19 @@ def _pod_sets(cluster: Cluster, seen: Observed, spec: Mapping[str, Any]) -> list
     return result
 
 
-def _owner_api_version(metadata: Mapping[str, Any], kind: str) -> str:
-    owners = metadata.get("ownerReferences") or []
+def _priority_class_name(spec: Mapping[str, Any]) -> str:
+    """v1beta2 names it in priorityClassRef, v1beta1 in priorityClassName
+    (Kueue apis/kueue/v1beta1/workload_conversion.go)."""
+    ref = spec.get("priorityClassRef")
+    name = ref.get("name") if isinstance(ref, Mapping) else spec.get("priorityClassName")
+    return str(name or "")
+
+
+def _owner_api_version(obj: Mapping[str, Any], kind: str) -> str:
+    """The owner's, else (a bare Workload) the Workload's own as served."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
     found = next((o for o in owners if o.get("kind") == kind), None)
-    return str(found.get("apiVersion", "")) if found else "kueue.x-k8s.io/v1beta2"
+    return str(found.get("apiVersion", "")) if found else str(obj.get("apiVersion", ""))
 
 
 def note(cluster: Cluster, resource: str, key: str, error: str | None) -> None:

@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from clusters.models import Cluster
 from workloads.kube import checkpoints, connection, ingest, mirror, queues
-from workloads.kube.apply import KUEUE_NAMESPACE
+from workloads.kube.apply import KUEUE_GROUP, KUEUE_NAMESPACE, kueue_version
 from workloads.kube.client import KubeError, api_client
 from workloads.models import KubeWatch
 
@@ -42,8 +42,10 @@ LIST_PAGE = 500
 
 def _kueue(plural: str) -> Callable[[client.ApiClient], Callable[..., Any]]:
     def lister(api: client.ApiClient) -> Callable[..., Any]:
+        # The version the cluster serves, found again each session (Kueue may be upgraded).
+        version = kueue_version(api)
         objects = client.CustomObjectsApi(api)
-        return partial(objects.list_cluster_custom_object, "kueue.x-k8s.io", "v1beta2", plural)
+        return partial(objects.list_cluster_custom_object, KUEUE_GROUP, version, plural)
 
     return lister
 

@@ -20,13 +20,15 @@ Kueue admits (item 10, TAS, is out of scope); these cover its filters and scorin
                   test_a_group_follows_its_first_pod_into_its_domain
                   test_domains_held_by_bound_groups_stay_theirs
                   test_nodes_without_the_topology_label_take_no_exclusive_pods
+  why unbound     test_why_unplaced_counts_each_node_under_the_filter_that_rejects_it
+                  test_why_unplaced_is_none_while_a_node_would_take_the_pod
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from scheduler import Node, Pod, Taint, Toleration, place
+from scheduler import Node, Pod, Taint, Toleration, place, why_unplaced
 from tests.unit.scheduler.builders import GPU, req
 
 CPU = 1000
@@ -180,3 +182,29 @@ def test_nodes_without_the_topology_label_take_no_exclusive_pods() -> None:
     assert place([node("plain")], {}, [pod("x", 1, exclusive=(POOL, "x"))]) == {"x": None}
     # Pods of ordinary workloads ignore exclusivity (JobSet's anti-affinity names its own pods).
     assert place(pools(1), {}, [pod("y", 1)], owners={(POOL, "p0"): "a"}) == {"y": "p0-0"}
+
+
+def test_why_unplaced_counts_each_node_under_the_filter_that_rejects_it() -> None:
+    """kube-scheduler's FailedScheduling message (framework.FitError.Error): reasons sorted,
+    a node under the first failing filter, under each resource it lacks."""
+    nodes = [
+        node("down", ready=False),
+        node("tainted", taints=(Taint("nvidia.com/gpu", "present"),)),
+        node("cpu-only", labels={"accel": "none"}),
+        node("full", labels={"accel": "l4"}, gpu=1, pods=1),
+        node("full-2", labels={"accel": "l4"}, gpu=1),
+    ]
+    used = {"full": {"gpu": GPU, "pods": 1000}, "full-2": {"gpu": GPU}}
+    waiting = pod("p", node_selector={"accel": "l4"})
+
+    assert why_unplaced(waiting, nodes, used) == (
+        "0/5 nodes are available: 1 Too many pods, 1 node(s) didn't match Pod's node "
+        "affinity/selector, 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, "
+        "1 node(s) had untolerated taint {nvidia.com/gpu: present}, 2 Insufficient gpu."
+    )
+    assert place(nodes, used, [waiting]) == {"p": None}
+
+
+def test_why_unplaced_is_none_while_a_node_would_take_the_pod() -> None:
+    assert why_unplaced(pod("p"), [node("n1", ready=False), node("n2")], {}) is None
+    assert why_unplaced(pod("p"), [], {}) == "no nodes available to schedule pods"
