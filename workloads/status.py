@@ -66,24 +66,8 @@ def object_statuses(objects: Iterable[KubeObject]) -> dict[int, dict[str, Any]]:
         "owner_id", "ready", "node_id", "phase", "node__node_pool__name"
     ):
         pods[owner_id].append((ready, node_id, phase, pool))
-    admitted = [w.pk for rows in workloads.values() for w in rows if w.phase == ADMITTED]
-    slices: dict[int, int] = {}
-    if admitted:
-        active = Slice.objects.filter(workload__in=admitted, state=Slice.State.ACTIVE)
-        slices = dict(
-            active.values("workload__owner_id")
-            .annotate(count=Count("pk"))
-            .values_list("workload__owner_id", "count")
-        )
-    reserved = [w.pk for rows in workloads.values() for w in rows if w.phase == QUOTA_RESERVED]
-    activating: dict[int, int] = {}
-    if reserved:
-        waiting = Slice.objects.filter(workload__in=reserved, state=Slice.State.ACTIVATING)
-        activating = dict(
-            waiting.values("workload__owner_id")
-            .annotate(count=Count("pk"))
-            .values_list("workload__owner_id", "count")
-        )
+    slices = _slices_per_owner(workloads, ADMITTED, Slice.State.ACTIVE)
+    activating = _slices_per_owner(workloads, QUOTA_RESERVED, Slice.State.ACTIVATING)
     training = [obj.pk for obj in objects if obj.kind in TRAINING_KINDS]
     latest_step = checkpoints.latest_steps(training) if training else {}
     return {
@@ -96,6 +80,18 @@ def object_statuses(objects: Iterable[KubeObject]) -> dict[int, dict[str, Any]]:
         )
         for obj in objects
     }
+
+
+def _slices_per_owner(
+    workloads: Mapping[int, list[Workload]], phase: str, state: str
+) -> dict[int, int]:
+    """Owner pk -> how many slices in `state` its workloads in `phase` have (one query, none
+    when no workload is in that phase)."""
+    ids = [w.pk for rows in workloads.values() for w in rows if w.phase == phase]
+    if not ids:
+        return {}
+    rows = Slice.objects.filter(workload__in=ids, state=state).values("workload__owner_id")
+    return dict(rows.annotate(count=Count("pk")).values_list("workload__owner_id", "count"))
 
 
 def _status(
