@@ -106,7 +106,12 @@ def watch_resource(self, cluster_id: int, resource: str) -> None:  # type: ignor
     apiserver for minutes, so watches get a thread-pool worker of their own instead of
     holding the workers that admit and provision.
     """
-    delay = watch.run_session(cluster_id, resource)
+    try:
+        delay = watch.run_session(cluster_id, resource)
+    except Exception:
+        # The next beat starts the watch again, instead of it waiting out the lease.
+        watch.release(cluster_id, resource)
+        raise
     # Eager (embedded) runs would chain forever in one call stack; they watch once.
     if delay is None or self.request.is_eager:
         watch.release(cluster_id, resource)

@@ -22,7 +22,8 @@ from tests.contract.existing import (
     kueue_only,
     read,
 )
-from tests.support import at
+from tests.contract.test_kube_mirror import pod
+from tests.support import NAMESPACE, at
 from workloads import services
 from workloads.kube import watch
 from workloads.manifests import ClusterQueueSpec
@@ -31,6 +32,7 @@ from workloads.models import (
     Configuration,
     KubeObject,
     KubeWatch,
+    Pod,
     ResourceFlavor,
     Workload,
 )
@@ -259,3 +261,24 @@ def test_the_pages_show_the_foreign_workloads_and_queues(cluster, api, client):
     for name in ("finetune", "sweep", "probe"):
         assert name in workloads_page
     assert "gpu-queue" in queues_page
+
+
+def test_pods_listed_before_their_kubectl_jobs_workloads_are_kept(cluster, fake_kube, settings):
+    """The watches of an imported cluster start together: the pods' first list waits for the
+    Workloads' (which makes the rows of kubectl's Jobs), or running pods, never changing
+    again, would never be attributed."""
+    settings.ACCELPLANE_ALLOW_INSECURE_KUBE_SERVERS = True  # the fake serves plain http
+    assert NAMESPACE == "llm"  # the namespace of the kubectl Job "finetune"
+    fake_kube.put(pod("finetune-0-q8r4t", labels={"batch.kubernetes.io/job-name": "finetune"}))
+
+    assert watch.run_session(cluster.pk, watch.PODS.resource, 1) == watch.RETRY_SECONDS
+    listed = KubeWatch.objects.filter(cluster=cluster).exclude(resource_version="")
+    assert not listed.filter(resource="pods").exists()
+    assert not Pod.objects.filter(cluster=cluster).exists()
+
+    assert watch.run_session(cluster.pk, watch.WORKLOADS.resource, 1) == 0
+    assert watch.run_session(cluster.pk, watch.PODS.resource, 1) == 0
+    (kept,) = Pod.objects.filter(cluster=cluster)
+    assert (kept.name, kept.owner.kind, kept.owner.name) == ("finetune-0-q8r4t", "Job", "finetune")
+    assert kept.workload is not None
+    assert kept.workload.name == "job-finetune-1a2b3"

@@ -31,12 +31,6 @@ def fake_kube(settings):
         yield fake
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="Known bug, next to fix: with twelve watches a cluster, about one run in four never "
-    "ingests the Workload or links the Pod within a minute (seen 2026-12-04; see the closing "
-    "note). It passes otherwise, asserting every watch is leased.",
-)
 def test_beat_starts_every_watch_of_a_cluster_on_the_watcher(fake_kube, start_worker):
     start_worker(
         "--queues=watch",

@@ -153,9 +153,12 @@ def _bound_row(cluster: Cluster, seen: Observed, obj: Mapping[str, Any]) -> Work
             uid=seen.uid,
             defaults={"namespace": seen.namespace, "name": seen.name, "workload": row},
         )
-    # Locked: two workers ingesting the same object never both make a transition.
+    # Locked: two workers ingesting the same object never both make a transition. Only the
+    # row, and not against its pods' foreign keys: the Pods' watch holds the cluster's row
+    # and inserts pods that point at this one, so locking the joined cluster (or a key lock)
+    # here deadlocked the two watches.
     return (
-        Workload.objects.select_for_update()
+        Workload.objects.select_for_update(no_key=True, of=("self",))
         .select_related("owner", "cluster")
         .get(pk=link.workload_id)
     )
@@ -293,7 +296,7 @@ def ingest_job(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
         return 0
     with transaction.atomic():
         rows = list(
-            Workload.objects.select_for_update()
+            Workload.objects.select_for_update(no_key=True, of=("self",))
             .filter(
                 cluster=cluster,
                 owner__kind="Job",

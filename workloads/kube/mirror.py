@@ -48,11 +48,13 @@ def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 # Nodes.
 
 
-def _serialized(cluster: Cluster) -> None:
+def serialized(cluster: Cluster) -> None:
     """Pods and Nodes are watched apart, each by its own worker: their transactions take the
     cluster's row lock, so that a pod and its node ingested at the same moment still meet
-    (whichever commits second sees the other and binds the pod)."""
-    list(Cluster.objects.select_for_update().filter(pk=cluster.pk).values_list("pk"))
+    (whichever commits second sees the other and binds the pod). A no-key lock: the
+    Workloads' watch, inserting rows that point at the cluster, must not wait on it."""
+    locked = Cluster.objects.select_for_update(no_key=True).filter(pk=cluster.pk)
+    list(locked.values_list("pk"))
 
 
 def ingest_node(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
@@ -62,7 +64,7 @@ def ingest_node(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
     if pool is None:
         return 0  # GKE's default pool, or one made outside Accelplane
     with transaction.atomic():
-        _serialized(cluster)
+        serialized(cluster)
         _store_node(cluster, pool, obj)
     return 0
 
@@ -128,7 +130,7 @@ def ingest_pod(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
     labels = metadata.get("labels") or {}
     scheduled = conditions.get("PodScheduled", {})
     with transaction.atomic():
-        _serialized(cluster)
+        serialized(cluster)
         existing = Pod.objects.filter(cluster=cluster, namespace=namespace, name=name).first()
         replica = _replica_index(owner, labels)
         Pod.objects.update_or_create(

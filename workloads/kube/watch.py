@@ -19,6 +19,7 @@ from typing import Any
 
 import urllib3
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 from kubernetes import client, watch
@@ -75,6 +76,9 @@ class Watched:
     forget: Callable[[Cluster, Mapping[str, Any]], None]
     keep_only: Callable[[Cluster, list[Mapping[str, Any]]], None]
     """after a list: forget what is not in it"""
+    listed_after: tuple[str, ...] = ()
+    """resources whose first list must be ingested before this one's: the rows its objects
+    point at come from them"""
 
 
 WORKLOADS = Watched(
@@ -90,6 +94,10 @@ PODS = Watched(
     mirror.ingest_pod,
     mirror.forget_pod,
     mirror.keep_pods,
+    # A pod of a Job submitted with kubectl is kept only once its owner's row exists, which
+    # the Workloads' list makes: listed first, the running pods of an imported cluster would
+    # be dropped and, never changing again, never come back.
+    listed_after=(WORKLOADS.resource,),
 )
 NODES = Watched(
     "nodes",
@@ -272,6 +280,15 @@ def watched_cluster(cluster_id: int) -> Cluster | None:
     return watchable_clusters().filter(pk=cluster_id).first()
 
 
+def _first_lists_done(cluster: Cluster, watched: Watched) -> bool:
+    """Whether the resources `watched` is listed after have been listed (or it has been)."""
+    if not watched.listed_after:
+        return True
+    states = KubeWatch.objects.filter(cluster=cluster).exclude(resource_version="")
+    listed = set(states.values_list("resource", flat=True))
+    return watched.resource in listed or listed.issuperset(watched.listed_after)
+
+
 def run_session(
     cluster_id: int, resource: str, timeout_seconds: int = SESSION_SECONDS
 ) -> float | None:
@@ -279,6 +296,8 @@ def run_session(
     cluster = watched_cluster(cluster_id)
     if cluster is None:
         return None
+    if not _first_lists_done(cluster, WATCHED[resource]):
+        return RETRY_SECONDS
     try:
         with api_client(cluster) as api:
             session = watch_resource(cluster, api, WATCHED[resource], timeout_seconds)
@@ -287,7 +306,9 @@ def run_session(
                 # recorded once), not lost between sessions.
                 since = 2 * SESSION_SECONDS
                 checkpoints.collect(cluster, api, timezone.now(), since_seconds=since)
-    except (KubeError, ApiException, urllib3.exceptions.HTTPError) as error:
+    except (KubeError, ApiException, urllib3.exceptions.HTTPError, DatabaseError) as error:
+        # A database error too (a deadlock, a dropped connection) ends only this session:
+        # raised, it would end the task and leave the watch stopped until its lease expired.
         logger.warning("%s: %s watch failed: %s", cluster.name, resource, error)
         connection.record_error(cluster.pk, resource, error, timezone.now())
         return RETRY_SECONDS
