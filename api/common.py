@@ -41,7 +41,11 @@ def cluster_from(request: Request) -> Cluster:
         if cluster is None:
             raise ValidationError({"cluster": [f"no cluster named {name!r}"]})
         return cluster
-    clusters = list(Cluster.objects.all()[:2])
+    return _only_cluster(list(Cluster.objects.all()[:2]))
+
+
+def _only_cluster(clusters: list[Cluster]) -> Cluster:
+    """The only cluster, given the first two there are; else a 400 saying why."""
     if not clusters:
         raise ValidationError({"cluster": ["no cluster exists yet; an admin creates one first"]})
     if len(clusters) > 1:
@@ -52,8 +56,12 @@ def cluster_from(request: Request) -> Cluster:
 def cluster_for_manifests(request: Request, text: str) -> Cluster:
     """`?cluster=NAME`; without it the only cluster or, once several exist, the one cluster
     holding every LocalQueue the manifests' queue-name labels name (docs/api.md)."""
-    if request.query_params.get("cluster") or Cluster.objects.count() < 2:
+    if request.query_params.get("cluster"):
         return cluster_from(request)
+    # The first two tell one cluster from several, in the one query.
+    clusters = list(Cluster.objects.all()[:2])
+    if len(clusters) < 2:
+        return _only_cluster(clusters)
     choice = targets.clusters_holding_queues(
         text, source="request", namespace=request.query_params.get("namespace") or None
     )

@@ -26,7 +26,7 @@ from clusters.models import Cluster
 from events.models import Event
 from workloads.models import LocalQueue, Workload
 from workloads.quantities import parse_quantity
-from workloads.status import cluster_queue_usages
+from workloads.status import every_cluster_queue_usage
 
 WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
 
@@ -109,12 +109,11 @@ class QueueCollector(Collector):
             "Nominal quota, by flavor and resource",
             labels=labels,
         )
-        for cluster in Cluster.objects.all():
-            for name, report in cluster_queue_usages(cluster).items():
-                for row in report["resources"]:
-                    key = [cluster.name, name, row["flavor"], row["resource"]]
-                    usage.add_metric(key, _amount(row["used"]))
-                    nominal.add_metric(key, _amount(row["nominal"]))
+        for cq, report in every_cluster_queue_usage():
+            for row in report["resources"]:
+                key = [cq.cluster.name, cq.name, row["flavor"], row["resource"]]
+                usage.add_metric(key, _amount(row["used"]))
+                nominal.add_metric(key, _amount(row["nominal"]))
         yield usage
         yield nominal
 

@@ -234,7 +234,7 @@ class WorkloadViewSet(
         obj = self.get_object()
         at = now()
         rows = obj.workloads.select_related("owner", "cluster").order_by("replica_index")
-        explained = [explain.explain(row, at) for row in rows]
+        explained = explain.explain_all(rows, at)
         unplaced = runtime.unplaced(obj.cluster, list(obj.pods.all()))
         report = {"object": obj.key, "workloads": explained, "unplaced": unplaced}
         return Response(redact(report, request_scope(request)))

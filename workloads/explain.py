@@ -12,14 +12,50 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import scheduler as s
+from clusters.models import Cluster
 from events.models import Event
 from teams.visibility import OTHER_TEAMS_MESSAGE, namespace_of
 from workloads import checkpoints, queueing, runtime, snapshot
 from workloads.models import LocalQueue, Workload
 from workloads.quantities import format_quantity
+
+
+class _ClusterReads:
+    """What explaining several workloads of one cluster reads once, whatever their number (a
+    Deployment's replicas, a LeaderWorkerSet's groups): the snapshot, where each LocalQueue
+    points, each ClusterQueue's pending order and the rows behind scheduler keys."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._orders: dict[str, list[Workload]] = {}
+        self._rows: dict[str, Workload] = {}
+
+    @cached_property
+    def snapshot(self) -> snapshot.ClusterSnapshot:
+        return snapshot.load(self.cluster)
+
+    @cached_property
+    def local_queues(self) -> dict[tuple[str, str], str]:
+        rows = LocalQueue.objects.filter(cluster=self.cluster)
+        fields = rows.values_list("namespace", "name", "cluster_queue_name")
+        return {(namespace, name): cq for namespace, name, cq in fields}
+
+    def pending_in_order(self, cq: s.ClusterQueue) -> list[Workload]:
+        if cq.name not in self._orders:
+            order = queueing.pending_in_order(self.cluster, cq.name, cq.queueing_strategy)
+            self._orders[cq.name] = order
+        return self._orders[cq.name]
+
+    def fetch(self, keys: Iterable[str]) -> dict[str, Workload]:
+        keys = list(keys)
+        missing = [key for key in keys if key not in self._rows]
+        if missing:
+            self._rows.update(self.snapshot.fetch(missing))
+        return {key: self._rows[key] for key in keys if key in self._rows}
 
 
 def explain(row: Workload, now: datetime) -> dict[str, Any]:
@@ -28,7 +64,20 @@ def explain(row: Workload, now: datetime) -> dict[str, Any]:
     in the queue; for one that was preempted, by whom, when and at what cost in steps.
 
     For a workload holding quota, `used` includes its own usage."""
-    cq_name = _cluster_queue_name(row)
+    return explain_all([row], now)[0]
+
+
+def explain_all(rows: Iterable[Workload], now: datetime) -> list[dict[str, Any]]:
+    """`explain` of each row, reading each cluster's state once for all of them."""
+    reads: dict[int, _ClusterReads] = {}
+    return [
+        _explain(row, now, reads.setdefault(row.cluster_id, _ClusterReads(row.cluster)))
+        for row in rows
+    ]
+
+
+def _explain(row: Workload, now: datetime, reads: _ClusterReads) -> dict[str, Any]:
+    cq_name = _cluster_queue_name(row, reads)
     report: dict[str, Any] = {
         "workload": workload_ref(row),
         "status": _status(row),
@@ -43,7 +92,7 @@ def explain(row: Workload, now: datetime) -> dict[str, Any]:
         "blockers": [],
         "position": None,
     }
-    snap = snapshot.load(row.cluster)
+    snap = reads.snapshot
     cq = snap.snapshot.cluster_queues.get(cq_name or "")
     report["fair_sharing"] = _fair_sharing(snap.snapshot, cq) if cq else None
     if row.phase not in Workload.ACTIVE_PHASES or cq is None:
@@ -55,8 +104,8 @@ def explain(row: Workload, now: datetime) -> dict[str, Any]:
         report["quota"] = [_quota_row(line, held=True) for line in held]
         report["summary"] = _summary_holding(row, cq.name)
         return report
-    report.update(_pending_report(snap, workload))
-    report["position"] = _position(row, cq)
+    report.update(_pending_report(workload, reads))
+    report["position"] = _position(row, cq, reads)
     report["summary"] = _summary_pending(row, report)
     return report
 
@@ -185,15 +234,11 @@ def _preemptor(row: Workload, data: Mapping[str, Any]) -> dict[str, Any]:
     return workload_ref(found)
 
 
-def _cluster_queue_name(row: Workload) -> str | None:
+def _cluster_queue_name(row: Workload, reads: _ClusterReads) -> str | None:
     """Where it holds quota, else where its LocalQueue points (None: no such LocalQueue)."""
     if row.admission:
         return str(row.admission["cluster_queue"])
-    return (
-        LocalQueue.objects.filter(cluster=row.cluster, namespace=row.namespace, name=row.queue_name)
-        .values_list("cluster_queue_name", flat=True)
-        .first()
-    )
+    return reads.local_queues.get((row.namespace, row.queue_name))
 
 
 def _scheduler_workload(row: Workload, cq_name: str) -> s.Workload:
@@ -247,10 +292,10 @@ def _quota_row(line: s.QuotaLine, held: bool) -> dict[str, Any]:
     }
 
 
-def _pending_report(snap: snapshot.ClusterSnapshot, workload: s.Workload) -> dict[str, Any]:
-    found = s.explain_pending(snap.snapshot, workload)
+def _pending_report(workload: s.Workload, reads: _ClusterReads) -> dict[str, Any]:
+    found = s.explain_pending(reads.snapshot.snapshot, workload)
     verdict = found.flavors
-    rows = snap.fetch(
+    rows = reads.fetch(
         [*(v.workload for v in verdict.victims), *(h.workload for h in found.holders)]
     )
     return {
@@ -290,10 +335,10 @@ def _holds(usage: Mapping[s.FlavorResource, int]) -> list[dict[str, str]]:
     ]
 
 
-def _position(row: Workload, cq: s.ClusterQueue) -> dict[str, Any]:
+def _position(row: Workload, cq: s.ClusterQueue, reads: _ClusterReads) -> dict[str, Any]:
     """1-based places in its LocalQueue and ClusterQueue, in Kueue's heap order (sticky
     preemptor, priority, queue timestamp, name); parked workloads keep their place."""
-    order = queueing.pending_in_order(row.cluster, cq.name, cq.queueing_strategy)
+    order = reads.pending_in_order(cq)
     local_queue = (row.namespace, row.queue_name)
     return {
         "cluster_queue": _place(order, row, cq.name),

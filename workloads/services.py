@@ -563,14 +563,12 @@ def _create_workloads(
         return
     priority, priority_class = _priority(lookups, doc, shape)
     indexes = replicas if shape.per_replica else range(1)
-    for index in indexes:
-        suffix = pods.short_hash(obj.pk, obj.generation, index, now.timestamp())
-        base = f"{obj.name}-{index}" if shape.per_replica else obj.name
-        row = Workload.objects.create(
+    rows = [
+        Workload(
             cluster=obj.cluster,
             owner=obj,
             namespace=obj.namespace,
-            name=f"{WORKLOAD_PREFIX[obj.kind]}-{base}-{suffix}"[:253],
+            name=_workload_name(obj, shape, index, now),
             replica_index=index,
             queue_name=shape.queue_name,
             priority=priority,
@@ -578,6 +576,10 @@ def _create_workloads(
             pod_sets=pod_sets,
             queued_at=now,
         )
+        for index in indexes
+    ]
+    # One INSERT for every replica's workload (a Deployment's pod each, an LWS's group each).
+    for row in Workload.objects.bulk_create(rows):
         if simulated and pods.is_pod_owned(obj):
             pods.create_gated(row, now)
         workload_event(
@@ -588,6 +590,12 @@ def _create_workloads(
             priority=priority,
             message=f"workload {row.name} submitted to LocalQueue {shape.queue_name}",
         )
+
+
+def _workload_name(obj: KubeObject, shape: WorkloadShape, index: int, now: datetime) -> str:
+    suffix = pods.short_hash(obj.pk, obj.generation, index, now.timestamp())
+    base = f"{obj.name}-{index}" if shape.per_replica else obj.name
+    return f"{WORKLOAD_PREFIX[obj.kind]}-{base}-{suffix}"[:253]
 
 
 @contextmanager

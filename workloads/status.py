@@ -250,8 +250,24 @@ def cluster_queue_usages(
     from one pass over the cluster's active workloads."""
     if queues is None:
         queues = ClusterQueue.objects.filter(cluster=cluster)
+    return {cq.name: report for cq, report in _usage_reports(queues, cluster)}
+
+
+def every_cluster_queue_usage() -> list[tuple[ClusterQueue, dict[str, Any]]]:
+    """`cluster_queue_usage` of every ClusterQueue of every cluster (cluster loaded), in a fixed
+    number of queries however many clusters there are."""
+    queues = ClusterQueue.objects.select_related("cluster").order_by("cluster__name", "name")
+    return _usage_reports(queues, None)
+
+
+def _usage_reports(
+    queues: Iterable[ClusterQueue], cluster: Cluster | None
+) -> list[tuple[ClusterQueue, dict[str, Any]]]:
     usage, pending = _usage_and_demand(cluster)
-    return {cq.name: _usage_report(cq, usage[cq.name], pending[cq.name]) for cq in queues}
+    return [
+        (cq, _usage_report(cq, usage[(cq.cluster_id, cq.name)], pending[(cq.cluster_id, cq.name)]))
+        for cq in queues
+    ]
 
 
 def _usage_report(
@@ -276,29 +292,38 @@ def _usage_report(
 
 
 def _usage_and_demand(
-    cluster: Cluster,
-) -> tuple[dict[str, dict[tuple[str, str], int]], dict[str, dict[str, int]]]:
-    """Per ClusterQueue: (flavor, resource) -> used by its admitted workloads, and
-    resource -> asked by the pending workloads of its LocalQueues."""
-    usage: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
-    pending: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    cluster: Cluster | None,
+) -> tuple[
+    dict[tuple[int, str], dict[tuple[str, str], int]], dict[tuple[int, str], dict[str, int]]
+]:
+    """Per (cluster pk, ClusterQueue) of `cluster`, or of every cluster if None: (flavor,
+    resource) -> used by its admitted workloads, and resource -> asked by the pending workloads
+    of its LocalQueues."""
+    usage: dict[tuple[int, str], dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+    pending: dict[tuple[int, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    local_queues = LocalQueue.objects.all()
+    workloads = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES)
+    if cluster is not None:
+        local_queues = local_queues.filter(cluster=cluster)
+        workloads = workloads.filter(cluster=cluster)
     target = {
-        (namespace, name): cq
-        for namespace, name, cq in LocalQueue.objects.filter(cluster=cluster).values_list(
-            "namespace", "name", "cluster_queue_name"
+        (cluster_id, namespace, name): cq
+        for cluster_id, namespace, name, cq in local_queues.values_list(
+            "cluster_id", "namespace", "name", "cluster_queue_name"
         )
     }
-    for row in Workload.objects.filter(cluster=cluster, phase__in=Workload.ACTIVE_PHASES):
+    for row in workloads:
         if row.phase != Workload.Phase.PENDING:
-            _add_usage(usage[row.cluster_queue_name], row)
+            _add_usage(usage[(row.cluster_id, row.cluster_queue_name)], row)
             continue
-        cq_name = target.get((row.namespace, row.queue_name))
+        cq_name = target.get((row.cluster_id, row.namespace, row.queue_name))
         if cq_name is not None:
+            demand = pending[(row.cluster_id, cq_name)]
             for pod_set in row.pod_sets:
                 for resource, amount in pod_set["requests"].items():
-                    pending[cq_name][resource] += amount * pod_set["count"]
+                    demand[resource] += amount * pod_set["count"]
                 # Shown only where the ClusterQueue covers `pods`: one per pod there.
-                pending[cq_name][PODS] += pod_set_request({}, PODS, pod_set["count"])
+                demand[PODS] += pod_set_request({}, PODS, pod_set["count"])
     return usage, pending
 
 

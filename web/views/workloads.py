@@ -140,7 +140,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         rows = obj.workloads.select_related("owner", "cluster").order_by("replica_index")
         pods = list(Pod.objects.filter(owner=obj))
         return {
-            "explained": redact([explain.explain(row, now) for row in rows], scope),
+            "explained": redact(explain.explain_all(rows, now), scope),
             "pods": len(pods),
             "unplaced": runtime.unplaced(obj.cluster, pods),
         }

@@ -1,0 +1,134 @@
+"""A submission over the REST API runs a fixed few queries, however full the cluster is."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.api.test_workloads import post_manifests
+from tests.support import T0, job
+from workloads import admission, services, tasks
+from workloads.models import KubeObject
+
+pytestmark = pytest.mark.django_db
+
+# One Job submitted while a worker admits (ACCELPLANE_ADMISSION=worker), on PostgreSQL:
+#  1. the API token and its user (authentication)
+#  2. the cluster (the first two: one cluster, so no ?cluster= needed)
+#  3. the caller's namespaces and roles (authorization of every document)
+#  4. SAVEPOINT: services.apply's transaction (BEGIN outside a test)
+#  5. the stored objects the documents name (created, configured or unchanged)
+#  6. INSERT the Job
+#  7. every WorkloadPriorityClass and PriorityClass of the cluster (one UNION)
+#  8. INSERT its Kueue workloads (one for all replicas)
+#  9. the event log's lock (PostgreSQL only: events are numbered in commit order)
+# 10. INSERT its events (object.created, workload.submitted)
+# 11. RELEASE SAVEPOINT (COMMIT outside a test)
+# 12. the response: the stored objects ...
+# 13. ... and their workloads
+SUBMISSION_QUERIES = 13
+
+LEADER_WORKER_SET = """\
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {{name: {name}, labels: {{kueue.x-k8s.io/queue-name: team-llm}}}}
+spec:
+  replicas: {replicas}
+  leaderWorkerTemplate:
+    size: 2
+    workerTemplate:
+      spec:
+        containers:
+          - name: worker
+            resources: {{limits: {{nvidia.com/gpu: "1"}}, requests: {{cpu: "1", memory: 1Gi}}}}
+"""
+
+
+def expected(queries: int) -> int:
+    return queries if connection.vendor == "postgresql" else queries - 1  # no event lock
+
+
+def submission_queries(client, text: str) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        response = post_manifests(client, text, namespace="llm")
+    assert response.status_code == 201, response.json()
+    return len(captured)
+
+
+def fill(cluster, count: int) -> None:
+    """`count` more LocalQueues and ClusterQueues, and `count` more workloads in them."""
+    queues = "---\n".join(
+        f"""\
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {{name: cq-{i}}}
+spec:
+  namespaceSelector: {{}}
+  resourceGroups:
+    - coveredResources: [nvidia.com/gpu]
+      flavors: [{{name: l4, resources: [{{name: nvidia.com/gpu, nominalQuota: 1}}]}}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {{name: lq-{i}, namespace: llm}}
+spec: {{clusterQueue: cq-{i}}}
+"""
+        for i in range(count)
+    )
+    services.apply(cluster, queues, source="queues.yaml", now=T0)
+    workloads = "---\n".join(job(f"existing-{i}", pods=1, gpus=1) for i in range(count))
+    services.apply(
+        cluster, workloads, source="jobs.yaml", now=T0, namespace="llm", admit=services.Admit.SKIP
+    )
+
+
+def test_a_submission_costs_the_same_few_queries_however_full_the_cluster(alice, tenants, settings):
+    settings.ACCELPLANE_ADMISSION = "worker"
+    post_manifests(alice, job("warm-up", pods=1, gpus=1), namespace="llm")  # caches, sessions
+    on_an_empty_cluster = submission_queries(alice, job("first", pods=1, gpus=1))
+    fill(tenants, 30)
+    on_a_full_cluster = submission_queries(alice, job("second", pods=1, gpus=1))
+    assert on_an_empty_cluster == on_a_full_cluster == expected(SUBMISSION_QUERIES)
+
+
+def test_replicas_of_a_leader_worker_set_add_no_query(alice, settings):
+    settings.ACCELPLANE_ADMISSION = "worker"
+    post_manifests(alice, job("warm-up", pods=1, gpus=1), namespace="llm")
+    one = submission_queries(alice, LEADER_WORKER_SET.format(name="one", replicas=1))
+    four = submission_queries(alice, LEADER_WORKER_SET.format(name="four", replicas=4))
+    assert one == four == expected(SUBMISSION_QUERIES)
+
+
+def test_a_burst_of_submissions_queues_one_admission_and_runs_none_in_the_request(
+    alice, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.ACCELPLANE_ADMISSION = "worker"
+    queued = []
+    monkeypatch.setattr(
+        tasks.settle_cluster, "apply_async", lambda args, countdown: queued.append(args)
+    )
+    for entry in ("settle", "admit_pending"):
+        monkeypatch.setattr(admission, entry, pytest.fail)
+    for i in range(5):
+        with django_capture_on_commit_callbacks(execute=True):
+            post_manifests(alice, job(f"burst-{i}", pods=1, gpus=1), namespace="llm")
+    (cluster_id,) = queued  # the worker's one run admits the whole burst
+    assert cluster_id == (KubeObject.objects.get(name="burst-0").cluster_id,)
+
+
+def test_a_submission_admitting_in_the_request_settles_the_cluster_once(
+    alice, settings, monkeypatch
+):
+    settings.ACCELPLANE_ADMISSION = "request"
+    settled = []
+    settle = admission.settle
+
+    def counted(cluster, now):
+        settled.append(cluster.name)
+        settle(cluster, now)
+
+    monkeypatch.setattr(admission, "settle", counted)
+    response = post_manifests(alice, job("inline", pods=1, gpus=1), namespace="llm")
+    assert response.json()["objects"][0]["phase"] == "Admitted"
+    assert settled == ["llm-cluster"]
