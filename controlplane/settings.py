@@ -151,8 +151,15 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(VAR_DIR / "accelplane.sqlite3"),
-            # Writers queue behind the database lock instead of failing at once.
-            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+            # Writers queue behind the database lock instead of failing at once. WAL: readers
+            # (the web process) never wait on the writer (the worker), and a commit appends to
+            # the log instead of syncing the database file (synchronous=NORMAL is safe in WAL:
+            # a crash may lose the last commits, never corrupt the file).
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import OuterRef, Subquery
 
 from workloads.history import workload_event
 from workloads.models import Checkpoint, KubeObject, Workload
@@ -35,12 +35,16 @@ def latest_step(row: Workload) -> int:
 def latest_steps(owner_ids: Iterable[int]) -> dict[int, int]:
     """Owner pk -> its latest checkpoint step, for those with one: what every page, report
     and event says of checkpoints, so that no two of them can disagree."""
-    return dict(
-        Checkpoint.objects.filter(owner_id__in=list(owner_ids))
-        .values("owner_id")
-        .annotate(step=Max("step"))
-        .values_list("owner_id", "step")
+    # One index probe per owner ((owner, step) is unique), not a scan of all its checkpoints.
+    newest = Checkpoint.objects.filter(owner=OuterRef("pk")).order_by("-step").values("step")[:1]
+    owners = (
+        KubeObject.objects.filter(pk__in=list(owner_ids))
+        .annotate(step=Subquery(newest))
+        .filter(step__isnull=False)
+        .order_by()
+        .values_list("pk", "step")
     )
+    return dict(owners)
 
 
 def record(row: Workload, step: int, at: datetime, path: str = "") -> Checkpoint:

@@ -255,6 +255,12 @@ class Workload(models.Model):
             models.Index(fields=["cluster", "phase"]),
             models.Index(fields=["cluster", "evicting"]),
             models.Index(fields=["cluster", "parked"]),
+            # The few in a requeuing back-off, without walking a deep queue's pending rows.
+            models.Index(
+                fields=["cluster", "phase", "requeue_at"],
+                condition=models.Q(requeue_at__isnull=False),
+                name="workload_requeue_at_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, F, Max, Q
+from django.db.models import Count, F, Max, Min, Q, QuerySet
 
 import scheduler
 from clusters.models import Cluster, Node
@@ -56,6 +56,14 @@ def _sim(row: Workload) -> dict[str, Any]:
     return simulation
 
 
+def _loaded(rows: QuerySet[Workload]) -> list[Workload]:
+    """The rows with their owner and cluster. Most rounds find none, and asking whether there
+    are any costs a fraction of building the joined query."""
+    if not rows.exists():
+        return []
+    return list(rows.select_related("owner", "cluster"))
+
+
 def current_step(row: Workload, now: datetime) -> int:
     """Training steps completed by `now` (the checkpoint it resumed from included)."""
     if row.training_started_at is None:
@@ -67,9 +75,7 @@ def current_step(row: Workload, now: datetime) -> int:
 
 def stop_evicted(cluster: Cluster, now: datetime) -> bool:
     """Evicted workloads stop (sim: at once), release quota and go back to their queue."""
-    rows = list(
-        Workload.objects.filter(cluster=cluster, evicting=True).select_related("owner", "cluster")
-    )
+    rows = _loaded(Workload.objects.filter(cluster=cluster, evicting=True))
     slicing.release(rows, now)
     live.touch(row.owner_id for row in rows)
     for row in rows:
@@ -112,30 +118,45 @@ def _requeued(row: Workload, now: datetime) -> None:
 def _track_pods_ready(cluster: Cluster, now: datetime) -> bool:
     """Kueue's PodsReady condition: true once all the admitted workload's pods are ready,
     false again (waiting for recovery) when one of them stops being ready."""
-    changed = False
     rows = (
         Workload.objects.filter(cluster=cluster, phase=Workload.Phase.ADMITTED, evicting=False)
         .annotate(pod_count=Count("pods"), ready_count=Count("pods", filter=Q(pods__ready=True)))
         .values_list("pk", "pods_ready", "pod_count", "ready_count")
     )
+    flipped: dict[bool, list[int]] = defaultdict(list)
     for pk, ready, count, ready_count in rows:
         all_ready = count > 0 and ready_count == count
         if all_ready != ready:
-            Workload.objects.filter(pk=pk).update(pods_ready=all_ready, pods_ready_changed_at=now)
-            changed = True
-    return changed
+            flipped[all_ready].append(pk)
+    for all_ready, pks in flipped.items():
+        Workload.objects.filter(pk__in=pks).update(pods_ready=all_ready, pods_ready_changed_at=now)
+    return bool(flipped)
 
 
-def _pods_ready_deadline(row: Workload, wait: Mapping[str, Any]) -> datetime | None:
-    """Kueue `WorkloadReconciler.admittedNotReadyWorkload`: `timeout` from admission until
-    the pods are first ready, `recoveryTimeout` ("0s": none) after they stop being ready."""
-    if not wait["enable"] or row.pods_ready or row.admitted_at is None:
-        return None
-    if row.pods_ready_changed_at is None:
-        return row.admitted_at + timedelta(seconds=wait["timeout"])
-    if not wait["recovery_timeout"]:
-        return None
-    return row.pods_ready_changed_at + timedelta(seconds=wait["recovery_timeout"])
+def _waiting_for_pods_ready(cluster: Cluster) -> QuerySet[Workload]:
+    """Admitted workloads whose pods are not (or no longer) all ready: the ones with a
+    waitForPodsReady deadline (Kueue `WorkloadReconciler.admittedNotReadyWorkload`): `timeout`
+    from admission until the pods are first ready, `recoveryTimeout` ("0s": none) after they
+    stop being ready."""
+    return Workload.objects.filter(
+        cluster=cluster,
+        phase=Workload.Phase.ADMITTED,
+        evicting=False,
+        pods_ready=False,
+        admitted_at__isnull=False,
+    )
+
+
+def _pods_ready_overdue(wait: Mapping[str, Any], now: datetime) -> Q:
+    """Which of `_waiting_for_pods_ready` are past their deadline at `now`: a filter, so that
+    a round reads only those."""
+    overdue = Q(
+        pods_ready_changed_at__isnull=True,
+        admitted_at__lte=now - timedelta(seconds=wait["timeout"]),
+    )
+    if wait["recovery_timeout"]:
+        overdue |= Q(pods_ready_changed_at__lte=now - timedelta(seconds=wait["recovery_timeout"]))
+    return overdue
 
 
 def backoff_seconds(count: int, base: int, cap: int) -> int:
@@ -153,13 +174,7 @@ def _pods_ready_timeouts(cluster: Cluster, now: datetime) -> bool:
         return False
     strategy = wait["requeuing_strategy"]
     limit = strategy["backoff_limit_count"]
-    rows = [
-        row
-        for row in Workload.objects.filter(
-            cluster=cluster, phase=Workload.Phase.ADMITTED, evicting=False, pods_ready=False
-        ).select_related("owner", "cluster")
-        if (deadline := _pods_ready_deadline(row, wait)) is not None and deadline <= now
-    ]
+    rows = _loaded(_waiting_for_pods_ready(cluster).filter(_pods_ready_overdue(wait, now)))
     for row in rows:
         row.evicting = True
         if limit is not None and row.requeue_count + 1 > limit:
@@ -190,15 +205,15 @@ def _pods_ready_timeouts(cluster: Cluster, now: datetime) -> bool:
 
 def _end_backoff(cluster: Cluster, now: datetime) -> bool:
     """Back-off over: the workload is queued again (Kueue: Requeued=True, BackoffFinished)."""
-    rows = list(
+    rows = _loaded(
         Workload.objects.filter(
             cluster=cluster, phase=Workload.Phase.PENDING, evicting=False, requeue_at__lte=now
-        ).select_related("owner", "cluster")
+        )
+    )
+    Workload.objects.filter(pk__in=[row.pk for row in rows]).update(
+        requeue_at=None, pending_reason="", pending_message=""
     )
     for row in rows:
-        Workload.objects.filter(pk=row.pk).update(
-            requeue_at=None, pending_reason="", pending_message=""
-        )
         _requeued(row, now)
     return bool(rows)
 
@@ -211,10 +226,8 @@ def unpark(cluster: Cluster) -> None:
 def _promote_checked(cluster: Cluster, now: datetime) -> bool:
     """Admission checks: the slice controller's once its slices are ACTIVE, the other
     simulated controllers' at once."""
-    reserved = list(
-        Workload.objects.filter(
-            cluster=cluster, phase=Workload.Phase.QUOTA_RESERVED
-        ).select_related("owner", "cluster")
+    reserved = _loaded(
+        Workload.objects.filter(cluster=cluster, phase=Workload.Phase.QUOTA_RESERVED)
     )
     rows, created = slicing.checks_ready(cluster, reserved, now)
     events = []
@@ -290,7 +303,10 @@ def _node_usage(
     cluster: Cluster, nodes: Sequence[scheduler.Node], ids: Mapping[str, int]
 ) -> dict[str, dict[str, int]]:
     """Node name -> what the pods bound to it request (each pod also 1000 `pods`)."""
-    bound = Pod.objects.filter(cluster=cluster, node__isnull=False)
+    # Unordered: sorting by name would make SQLite walk every pod the cluster ever had.
+    bound = Pod.objects.filter(
+        cluster=cluster, phase__in=live.HOLDING_NODE, node__isnull=False
+    ).order_by()
     if len(nodes) < len(ids):
         bound = bound.filter(node_id__in=[ids[n.name] for n in nodes])
     used: dict[str, dict[str, int]] = defaultdict(dict)
@@ -321,8 +337,14 @@ def _exclusive(value: Mapping[str, str] | None) -> tuple[str, str] | None:
 def exclusive_owners(cluster: Cluster) -> dict[tuple[str, str], str]:
     """The domains that bound pods of exclusively placed groups hold."""
     owners = {}
-    bound = Pod.objects.filter(cluster=cluster, node__isnull=False, scheduling__has_key="exclusive")
-    for scheduling, labels in bound.values_list("scheduling", "node__labels"):
+    bound = Pod.objects.filter(
+        cluster=cluster,
+        phase__in=live.HOLDING_NODE,
+        node__isnull=False,
+        scheduling__has_key="exclusive",
+    ).order_by()  # sorted here: in SQL, by name, SQLite would walk all the cluster's pods
+    rows = sorted(bound.values_list("namespace", "name", "scheduling", "node__labels"))
+    for _namespace, _name, scheduling, labels in rows:
         key, group = scheduling["exclusive"]["key"], scheduling["exclusive"]["group"]
         if key in labels:
             owners[(key, labels[key])] = group
@@ -332,7 +354,7 @@ def exclusive_owners(cluster: Cluster) -> dict[tuple[str, str], str]:
 def _ready_pods(cluster: Cluster, now: datetime) -> bool:
     due = Pod.objects.filter(
         cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=False, ready_at__lte=now
-    )
+    ).order_by()
     owners = set(due.values_list("owner_id", flat=True))
     if not owners:
         return False
@@ -459,32 +481,29 @@ def finish(rows: Sequence[Workload], at: datetime, phase: str) -> None:
 def _pods_ready_times(cluster: Cluster) -> list[datetime]:
     """waitForPodsReady deadlines and back-off ends, so that `advance` stops at them."""
     wait = configuration(cluster)["wait_for_pods_ready"]
-    times = [
-        at
-        for at in Workload.objects.filter(
-            cluster=cluster, phase=Workload.Phase.PENDING, requeue_at__isnull=False
-        ).values_list("requeue_at", flat=True)
-        if at is not None
-    ]
-    waiting = Workload.objects.filter(
-        cluster=cluster, phase=Workload.Phase.ADMITTED, evicting=False, pods_ready=False
-    ).only("pods_ready", "pods_ready_changed_at", "admitted_at")
-    for row in waiting:
-        deadline = _pods_ready_deadline(row, wait)
-        if deadline is not None:
-            times.append(deadline)
+    requeue = Workload.objects.filter(
+        cluster=cluster, phase=Workload.Phase.PENDING, requeue_at__isnull=False
+    ).aggregate(at=Min("requeue_at"))["at"]
+    times = [requeue] if requeue is not None else []
+    if wait["enable"]:
+        # The earliest deadline of each kind: the earliest start plus its timeout.
+        earliest = _waiting_for_pods_ready(cluster).aggregate(
+            admitted=Min("admitted_at", filter=Q(pods_ready_changed_at__isnull=True)),
+            not_ready=Min("pods_ready_changed_at"),
+        )
+        if earliest["admitted"] is not None:
+            times.append(earliest["admitted"] + timedelta(seconds=wait["timeout"]))
+        if earliest["not_ready"] is not None and wait["recovery_timeout"]:
+            times.append(earliest["not_ready"] + timedelta(seconds=wait["recovery_timeout"]))
     return times
 
 
 def next_event_at(cluster: Cluster) -> datetime | None:
     """When the simulated world next changes by itself."""
-    times = [
-        at
-        for at in Pod.objects.filter(
-            cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=False
-        ).values_list("ready_at", flat=True)
-        if at is not None
-    ]
+    ready_at = Pod.objects.filter(
+        cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=False
+    ).aggregate(at=Min("ready_at"))["at"]
+    times = [ready_at] if ready_at is not None else []
     for row in _training_rows(cluster, started=True):
         sim = _sim(row)
         candidates = []
