@@ -20,6 +20,11 @@ class Event(models.Model):
 
     class Meta:
         ordering = ["id"]
+        # An object's latest event of a kind (live.py's last `workload.pods` of each owner)
+        # is found among that object's events, not among every event of the kind.
+        indexes = [
+            models.Index(fields=["cluster", "kind", "object_key", "id"], name="event_object_idx")
+        ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.kind} {self.object_key}"
