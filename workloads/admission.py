@@ -7,7 +7,8 @@ until nothing changes; `advance` runs it at every instant something happens up t
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -19,7 +20,7 @@ import scheduler
 from clusters.models import Cluster
 from events.models import Event
 from events.services import record_events
-from workloads import fairsharing, pods, runtime
+from workloads import bulk, fairsharing, pods, runtime
 from workloads.history import admitted_events, preempted_event_row, workload_event_row
 from workloads.models import Checkpoint, KubeObject, Workload
 from workloads.snapshot import HEADS_PER_QUEUE, ClusterSnapshot, admission_json, load
@@ -140,13 +141,13 @@ class _Writer:
         rows = self.snap.fetch(keys)
         if decisions.admitted:
             self._admit(decisions.admitted, rows)
-        for preempt in decisions.preemptions:
-            self._preempt(preempt, rows)
+        if decisions.preemptions:
+            self._preempt(decisions.preemptions, rows)
         self._mark_pending([*decisions.pending, *self.snap.held])
         record_events(self.events)
 
     def _admit(self, admits: Iterable[scheduler.Admit], rows: dict[str, Workload]) -> None:
-        admitted = []
+        admitted, updates = [], []
         latest = _latest_checkpoints({rows[a.workload].owner_id for a in admits})
         for admit in admits:
             row = rows[admit.workload]
@@ -179,38 +180,50 @@ class _Writer:
                 self.events += admitted_events(
                     row, self.now, f"admitted by ClusterQueue {cq} with flavor {flavor}"
                 )
-        # One UPDATE per row: bulk_update's CASE expressions are far slower on JSON columns.
-        for admit in admits:
-            row = rows[admit.workload]
-            Workload.objects.filter(pk=row.pk).update(**{f: getattr(row, f) for f in ADMIT_FIELDS})
+            updates.append((row.pk, *(getattr(row, f) for f in ADMIT_FIELDS)))
+        bulk.update_rows(Workload, "pk", ADMIT_FIELDS, updates)
         pods.start(admitted, self.now)
 
-    def _preempt(self, preempt: scheduler.Preempt, rows: dict[str, Workload]) -> None:
-        preemptor = rows[preempt.preemptor]
-        Workload.objects.filter(pk=preemptor.pk).update(preempting=True)
-        for victim in preempt.victims:
-            row = rows[victim.workload]
-            Workload.objects.filter(pk=row.pk).update(
+    def _preempt(self, preemptions: Sequence[scheduler.Preempt], rows: dict[str, Workload]) -> None:
+        # The scheduler never names a victim twice in one run.
+        preemptors = [rows[p.preemptor].pk for p in preemptions]
+        Workload.objects.filter(pk__in=preemptors).update(preempting=True)
+        by_reason: dict[str, list[int]] = {}
+        owners: Counter[int] = Counter()
+        for preempt in preemptions:
+            preemptor = rows[preempt.preemptor]
+            for victim in preempt.victims:
+                row, reason = rows[victim.workload], victim.reason.value
+                by_reason.setdefault(reason, []).append(row.pk)
+                owners[row.owner_id] += 1
+                self.events.append(preempted_event_row(row, self.now, reason, preemptor))
+        for reason, pks in by_reason.items():
+            Workload.objects.filter(pk__in=pks).update(
                 evicting=True,
                 eviction_reason="Preempted",
-                preemption_reason=victim.reason.value,
+                preemption_reason=reason,
                 preemptions=F("preemptions") + 1,
             )
-            KubeObject.objects.filter(pk=row.owner_id).update(preemptions=F("preemptions") + 1)
-            self.events.append(preempted_event_row(row, self.now, victim.reason.value, preemptor))
+        # A Deployment's or LeaderWorkerSet's workloads share their owner.
+        by_count: dict[int, list[int]] = {}
+        for owner_id, count in owners.items():
+            by_count.setdefault(count, []).append(owner_id)
+        for count, owner_ids in by_count.items():
+            KubeObject.objects.filter(pk__in=owner_ids).update(preemptions=F("preemptions") + count)
 
     def _mark_pending(self, pending: Iterable[scheduler.Pending]) -> None:
-        # Many workloads share a state (the same reason and message): one UPDATE per state.
-        by_state: dict[tuple[str, str, bool], list[int]] = {}
-        for pk, state in self.snap.pending_changes(pending).items():
-            by_state.setdefault(state, []).append(pk)
+        changes = self.snap.pending_changes(pending)
+        bulk.update_rows(
+            Workload,
+            "pk",
+            ["pending_reason", "pending_message", "parked"],
+            [(pk, *state) for pk, state in changes.items()],
+        )
         waiting = scheduler.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
-        for (reason, message, parked), pks in by_state.items():
-            fields = {"pending_reason": reason, "pending_message": message, "parked": parked}
-            if reason == waiting:
-                # Its victims (perhaps another entry's) are stopping: it keeps the queue head.
-                fields["preempting"] = True
-            Workload.objects.filter(pk__in=pks).update(**fields)
+        # Its victims (perhaps another entry's) are stopping: it keeps the queue head.
+        preempting = [pk for pk, (reason, _, _) in changes.items() if reason == waiting]
+        if preempting:
+            Workload.objects.filter(pk__in=preempting).update(preempting=True)
 
 
 def _latest_checkpoints(owner_ids: set[int]) -> dict[int, int]:

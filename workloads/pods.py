@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from workloads import bulk
 from workloads.models import KubeObject, Pod, ResourceFlavor, Workload
 
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
@@ -151,10 +152,24 @@ def _flavor_specs(rows: Sequence[Workload]) -> dict[str, dict[str, Any]]:
     return {f.name: f.spec for f in flavors}
 
 
+STARTED_POD_FIELDS = [
+    "cluster",
+    "owner",
+    "workload",
+    "name",
+    "namespace",
+    "pod_set",
+    "replica_index",
+    "phase",
+    "scheduling",
+    "created_at",
+]
+
+
 def start(rows: Sequence[Workload], now: datetime) -> None:
     """Admitted: ungate each pod (Deployment) or unsuspend each job (create its pods)."""
     specs = _flavor_specs(rows)
-    new_pods = []
+    new_pods, ungated = [], []
     for row in rows:
         for assignment in row.assignments:
             pod_set = next(p for p in row.pod_sets if p["name"] == assignment["name"])
@@ -162,26 +177,26 @@ def start(rows: Sequence[Workload], now: datetime) -> None:
             spec = scheduling(pod_set, flavors)
             selectors = domain_selectors(assignment)
             if is_pod_owned(row.owner):
-                spec = _pinned(spec, selectors[0])
-                Pod.objects.filter(workload=row).update(phase=Pod.Phase.PENDING, scheduling=spec)
+                ungated.append((row.pk, Pod.Phase.PENDING, _pinned(spec, selectors[0])))
                 continue
             names = pod_names(row.owner, pod_set["name"], assignment["count"], row.replica_index)
             new_pods += [
-                Pod(
-                    cluster_id=row.cluster_id,
-                    owner=row.owner,
-                    workload=row,
-                    name=name,
-                    namespace=row.namespace,
-                    pod_set=pod_set["name"],
-                    replica_index=row.replica_index,
-                    phase=Pod.Phase.PENDING,
-                    scheduling=_exclusive(_pinned(spec, selector), row.name, pod_set, index),
-                    created_at=now,
+                (
+                    row.cluster_id,
+                    row.owner_id,
+                    row.pk,
+                    name,
+                    row.namespace,
+                    pod_set["name"],
+                    row.replica_index,
+                    Pod.Phase.PENDING,
+                    _exclusive(_pinned(spec, selector), row.name, pod_set, index),
+                    now,
                 )
                 for index, (name, selector) in enumerate(zip(names, selectors, strict=True))
             ]
-    Pod.objects.bulk_create(new_pods)
+    bulk.update_rows(Pod, "workload", ["phase", "scheduling"], ungated)
+    bulk.insert_rows(Pod, STARTED_POD_FIELDS, new_pods)
 
 
 def domain_selectors(assignment: Mapping[str, Any]) -> list[dict[str, str]]:
