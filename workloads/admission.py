@@ -51,7 +51,10 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
     heads = HEADS_PER_QUEUE
     for round_number in range(MAX_ROUNDS):
         changed = False
-        if budget is None or budget > 0:
+        # After the first round, admission runs again only if something waits: the scheduler
+        # decides nothing without a pending workload, and reloading the cluster to find that
+        # out cost a second full round after every submission.
+        if (budget is None or budget > 0) and (round_number == 0 or _anything_pending(cluster)):
             decisions = admit_pending(cluster, now, budget, heads)
             if budget is not None:
                 budget -= len(decisions.admitted)
@@ -65,6 +68,10 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
             )
         if not (_simulate_round(cluster, now, first=round_number == 0) or changed):
             return
+
+
+def _anything_pending(cluster: Cluster) -> bool:
+    return Workload.objects.filter(cluster=cluster, phase=Workload.Phase.PENDING).exists()
 
 
 def _simulate_round(cluster: Cluster, now: datetime, *, first: bool) -> bool:

@@ -132,3 +132,20 @@ def test_a_submission_admitting_in_the_request_settles_the_cluster_once(
     response = post_manifests(alice, job("inline", pods=1, gpus=1), namespace="llm")
     assert response.json()["objects"][0]["phase"] == "Admitted"
     assert settled == ["llm-cluster"]
+
+
+def test_a_submission_admitted_in_the_request_is_scheduled_once(alice, settings, monkeypatch):
+    """The simulated round after its admission binds the pods, which is a change; but with
+    nothing left pending, the cluster is not loaded and scheduled a second time."""
+    settings.ACCELPLANE_ADMISSION = "request"
+    scheduled = []
+    admit_pending = admission.admit_pending
+
+    def counted(cluster, now, *args):
+        scheduled.append(cluster.name)
+        return admit_pending(cluster, now, *args)
+
+    monkeypatch.setattr(admission, "admit_pending", counted)
+    response = post_manifests(alice, job("inline", pods=1, gpus=1), namespace="llm")
+    assert response.json()["objects"][0]["phase"] == "Admitted"
+    assert scheduled == ["llm-cluster"]
