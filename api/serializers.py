@@ -10,7 +10,13 @@ from rest_framework import serializers
 
 from clusters import catalog, credentials
 from clusters.models import Cluster, Node, NodePool
-from clusters.services import CREDENTIAL_FIELDS, credentials_held, settings_problems
+from clusters.services import (
+    CREDENTIAL_FIELDS,
+    LOCATION,
+    PROJECT_ID,
+    credentials_held,
+    settings_problems,
+)
 from events.models import Event
 from events.services import serialize as serialize_event
 from teams.models import ApiToken, Membership, Team
@@ -261,7 +267,11 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "node_pools",
         ]
         # A taken name is a conflict (409), answered by the view.
-        extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
+        extra_kwargs: dict[str, dict[str, Any]] = {
+            "name": {"validators": []},
+            "project": {"validators": [PROJECT_ID]},
+            "location": {"validators": [LOCATION]},
+        }
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         fields = super().get_fields()

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from celery import Task
+from django.core.validators import RegexValidator
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -59,6 +60,17 @@ def _started(
 
 # Uploaded with a cluster, sealed (clusters.credentials): Cluster fields of the same names.
 CREDENTIAL_FIELDS = ("service_account_key", "kubeconfig")
+# A project and a location are one segment of a GKE resource name (projects/P/locations/L):
+# no slash, no dot segment, nothing the client would have to escape. Project ids, numbers and
+# domain-scoped ids (example.com:my-project); regions and zones (us-central1, us-east5-a).
+PROJECT_ID = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9.:]*[a-z0-9])?\Z",
+    "%(value)r is not a Google Cloud project id (such as my-project)",
+)
+LOCATION = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z",
+    "%(value)r is not a GKE region or zone (such as us-central1)",
+)
 
 
 def settings_problems(provider: str, project: str, credentials: Iterable[str]) -> dict[str, str]:

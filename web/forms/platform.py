@@ -17,7 +17,7 @@ from django.core.validators import RegexValidator
 from clusters import catalog, credentials
 from clusters.models import Cluster, NodePool
 from clusters.providers.base import ExistingCluster
-from clusters.services import CREDENTIAL_FIELDS, settings_problems
+from clusters.services import CREDENTIAL_FIELDS, LOCATION, PROJECT_ID, settings_problems
 from teams.models import Membership
 from web.forms.workloads import choice_field
 from web.forms.yaml_lines import with_line
@@ -114,8 +114,10 @@ class ClusterForm(CredentialUploads):
     provider = forms.ChoiceField(
         choices=Cluster.Provider.choices, initial=Cluster.Provider.SIM, required=False
     )
-    location = forms.CharField(max_length=64, initial="us-central1")
-    project = forms.CharField(max_length=128, required=False, help_text="GKE: the project id")
+    location = forms.CharField(max_length=64, initial="us-central1", validators=[LOCATION])
+    project = forms.CharField(
+        max_length=128, required=False, validators=[PROJECT_ID], help_text="GKE: the project id"
+    )
     autopilot = forms.BooleanField(required=False, help_text="GKE: Autopilot, not Standard")
     release_channel = forms.ChoiceField(
         choices=Cluster.ReleaseChannel.choices,
@@ -150,9 +152,14 @@ class ImportClusterForm(CredentialUploads):
     them, then the one to import. Credentials are sealed as on the New cluster form; the view
     keeps them in the session between the two steps, never in the page."""
 
-    project = forms.CharField(max_length=128, help_text="the Google Cloud project id")
+    project = forms.CharField(
+        max_length=128, validators=[PROJECT_ID], help_text="the Google Cloud project id"
+    )
     location = forms.CharField(
-        max_length=64, initial="us-central1", help_text="a region or zone, as GKE names it"
+        max_length=64,
+        initial="us-central1",
+        validators=[LOCATION],
+        help_text="a region or zone, as GKE names it",
     )
     name = forms.CharField(
         max_length=40,

@@ -7,6 +7,7 @@ their own, for platform admins.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -25,6 +26,7 @@ from workloads.status import WORKLOAD_KINDS
 
 PAGE_SIZE = 100
 MAX_SEQ = 2**63 - 1
+_SEQ = re.compile(r"[0-9]{1,19}")
 # The kinds of object events are about, offered in the filter (any other may be typed).
 OBJECT_KINDS = ("Cluster", "NodePool", *WORKLOAD_KINDS, *QUEUE_MODELS)
 
@@ -33,7 +35,9 @@ def _cursor(value: str | None) -> int | None:
     """`?before=SEQ`: only events older than SEQ (a positive integer)."""
     if not value:
         return None
-    if not value.isdigit() or not 1 <= int(value) <= MAX_SEQ:
+    # ASCII digits only (str.isdigit() passes "²", which int() refuses), and no more than a
+    # sequence number has: int() of thousands of digits raises too.
+    if not _SEQ.fullmatch(value) or not 1 <= int(value) <= MAX_SEQ:
         shown = value if len(value) <= 30 else value[:30] + "…"
         raise FilterError("before", f"before {shown!r} is not an event sequence number")
     return int(value)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from workloads.durations import MAX_DURATION_CHARS
 from workloads.manifests.fields import Fields, join, label_key_problem, show
 
 CONFIG_VERSIONS = ("config.kueue.x-k8s.io/v1beta1", "config.kueue.x-k8s.io/v1beta2")
@@ -195,6 +196,9 @@ def _duration(fields: Fields, parent: Mapping[str, Any], key: str, base: str) ->
     path = join(base, key)
     if not isinstance(value, str):
         raise fields.error(path, value, f"{show(value)} is not a duration string such as '30m'")
+    if len(value) > MAX_DURATION_CHARS:
+        shown = value[:MAX_DURATION_CHARS] + "…"
+        raise fields.error(path, shown, f"is longer than {MAX_DURATION_CHARS} characters")
     text = value[1:] if value.startswith(("-", "+")) else value
     parts = _GO_DURATION.findall(text)
     if text != "0" and (not parts or "".join(n + u for n, u in parts) != text):
