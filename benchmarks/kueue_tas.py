@@ -94,6 +94,7 @@ TAS = Suite(
     ),
     kueue_wall_ms=401_472,
     kueue_usage=62.41,
+    target_wall_s=60,
     flavor_spec={"topologyName": "perf-topology", "nodeLabels": {BLOCK: "b0"}},
     extra_documents=(
         {

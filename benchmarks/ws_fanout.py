@@ -1,5 +1,5 @@
 """Commit-to-browser latency of admission events fanned out to 200 WebSocket clients (target:
-p99 under 250 ms on this 2-core machine).
+p99 under 100 ms, issue 15).
 
 Starts the two web servers of `make stack` on a fresh PostgreSQL database and Redis database,
 connects the clients (an admin's browser session each, spread over both servers) in a
@@ -245,7 +245,7 @@ def report(committed: dict[int, float], arrivals: list[Arrivals], clients: int) 
     print(  # noqa: T201
         f"ws fanout: {len(expected)} admission events to {clients} clients "
         f"({len(latencies)} deliveries): p50 {pct(0.5):.0f} ms, p95 {pct(0.95):.0f} ms, "
-        f"p99 {pct(0.99):.0f} ms (target < 250), max {latencies[-1] * 1000:.0f} ms; "
+        f"p99 {pct(0.99):.0f} ms (target < 100), max {latencies[-1] * 1000:.0f} ms; "
         f"every client got every event once, in order: {complete}"
     )
 
