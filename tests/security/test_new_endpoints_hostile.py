@@ -9,10 +9,12 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from clusters import services as cluster_services
 from clusters.models import Cluster
 from events.models import Event
+from events.services import record_event
 from tests.api.conftest import admin, alice, bob, tenants  # noqa: F401 (fixtures)
 from tests.api.test_workloads import post_manifests
 from tests.security.test_bounds import laughs
@@ -133,6 +135,26 @@ def test_filters_naming_another_teams_objects_find_what_a_made_up_name_finds(
         [],
         False,
     )
+
+
+def test_the_type_filter_offers_no_type_only_another_team_had(alice, other_teams_work):
+    """The datalist of types is built from the events the caller may see: a preemption in
+    vision's namespace is not hinted to alice, while an admin, who sees it, is offered it."""
+    record_event(
+        "workload.preempted",
+        at=timezone.now(),
+        message="preempted to make room",
+        cluster="llm-cluster",
+        namespace="vision",
+        workload="job-vision-secret",
+    )
+    offered = list(signed_in("alice").get("/events/").context["types"])
+    assert "workload.submitted" in offered  # her own job's
+    assert "workload.preempted" not in offered
+    root = User.objects.create_user("root-types", is_staff=True)
+    page = Client()
+    page.force_login(root)
+    assert "workload.preempted" in list(page.get("/events/").context["types"])
 
 
 def test_the_audit_log_is_for_platform_admins_only(alice, other_teams_work):

@@ -19,12 +19,14 @@ from clusters.models import Cluster
 from events.audit import AUDIT_PREFIX
 from events.filters import EventFilter, FilterError
 from events.models import Event
+from teams.services import Scope
 from teams.visibility import shown_events, visible_events
 from web.views.common import caller, page, staff_required
 from workloads.models import QUEUE_MODELS
 from workloads.status import WORKLOAD_KINDS
 
 PAGE_SIZE = 100
+TYPE_HINT_EVENTS = 5_000
 MAX_SEQ = 2**63 - 1
 _SEQ = re.compile(r"[0-9]{1,19}")
 # The kinds of object events are about, offered in the filter (any other may be typed).
@@ -58,7 +60,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
 
 def _log(request: HttpRequest, *, audit: bool) -> HttpResponse:
     scope = caller(request)
-    context: dict[str, Any] = {"audit": audit, "filters": request.GET, **_choices(audit)}
+    context: dict[str, Any] = {"audit": audit, "filters": request.GET, **_choices(scope, audit)}
     try:
         where = EventFilter.parse(request.GET)
         before = _cursor(request.GET.get("before"))
@@ -87,13 +89,25 @@ def _log(request: HttpRequest, *, audit: bool) -> HttpResponse:
     return page(request, "web/events.html", {}, context)
 
 
-def _choices(audit: bool) -> dict[str, Any]:
-    audited = Event.objects.filter(kind__startswith=AUDIT_PREFIX)
-    types: QuerySet[Event] = audited if audit else Event.objects.exclude(pk__in=audited)
+def _choices(scope: Scope, audit: bool) -> dict[str, Any]:
     return {
         "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
         "object_kinds": OBJECT_KINDS,
-        # Every type logged so far, for the datalist: one indexed DISTINCT, however long the log.
-        "types": types.order_by("kind").values_list("kind", flat=True).distinct(),
+        "types": _types(scope, audit),
         "page_size": PAGE_SIZE,
     }
+
+
+def _types(scope: Scope, audit: bool) -> QuerySet[Event, str]:
+    """The event types the filter's datalist offers. An admin's: every type logged so far, one
+    indexed DISTINCT however long the log. A team member's: those of the latest events it may
+    see, so that no type shows because another team's workloads had one, and the page reads a
+    bounded number of rows (any other type may still be typed)."""
+    if scope.everything:
+        audited = Event.objects.filter(kind__startswith=AUDIT_PREFIX)
+        logged = audited if audit else Event.objects.exclude(pk__in=audited)
+    else:
+        visible = visible_events(scope).exclude(kind__startswith=AUDIT_PREFIX)
+        latest = visible.order_by("-id").values("id")[:TYPE_HINT_EVENTS]
+        logged = Event.objects.filter(id__in=latest)
+    return logged.order_by("kind").values_list("kind", flat=True).distinct()
