@@ -13,16 +13,16 @@ from dataclasses import replace
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import F, Max
+from django.db.models import F
 from django.utils import timezone
 
 import scheduler
 from clusters.models import Cluster
 from events.models import Event
 from events.services import record_events
-from workloads import bulk, fairsharing, pods, runtime
+from workloads import bulk, checkpoints, fairsharing, pods, runtime
 from workloads.history import admitted_events, preempted_event_row, workload_event_row
-from workloads.models import Checkpoint, KubeObject, Workload
+from workloads.models import KubeObject, Workload
 from workloads.snapshot import HEADS_PER_QUEUE, ClusterSnapshot, admission_json, load
 
 ADMIT_FIELDS = [
@@ -155,7 +155,7 @@ class _Writer:
 
     def _admit(self, admits: Iterable[scheduler.Admit], rows: dict[str, Workload]) -> None:
         admitted, updates = [], []
-        latest = _latest_checkpoints({rows[a.workload].owner_id for a in admits})
+        latest = checkpoints.latest_steps({rows[a.workload].owner_id for a in admits})
         for admit in admits:
             row = rows[admit.workload]
             cq = admit.admission.cluster_queue
@@ -231,15 +231,6 @@ class _Writer:
         preempting = [pk for pk, (reason, _, _) in changes.items() if reason == waiting]
         if preempting:
             Workload.objects.filter(pk__in=preempting).update(preempting=True)
-
-
-def _latest_checkpoints(owner_ids: set[int]) -> dict[int, int]:
-    return dict(
-        Checkpoint.objects.filter(owner_id__in=owner_ids)
-        .values("owner_id")
-        .annotate(step=Max("step"))
-        .values_list("owner_id", "step")
-    )
 
 
 def _flavor_text(admission: scheduler.Admission) -> str:
