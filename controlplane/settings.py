@@ -287,6 +287,16 @@ if ACCELPLANE_ADMISSION not in ("request", "worker"):
     raise ImproperlyConfigured(
         f"ACCELPLANE_ADMISSION={ACCELPLANE_ADMISSION!r}: expected 'request' or 'worker'"
     )
+# Admission keeps each cluster's queued workloads in memory between runs
+# (workloads/admission_cache.py): "on". "off": every run reads them from the database.
+# "verify" (the tests): from memory, and from the database to fail on any difference.
+_ADMISSION_CACHE = os.environ.get("ACCELPLANE_ADMISSION_CACHE", "on")
+if _ADMISSION_CACHE not in ("on", "off", "verify"):
+    raise ImproperlyConfigured(
+        f"ACCELPLANE_ADMISSION_CACHE={_ADMISSION_CACHE!r}: expected 'on', 'off' or 'verify'"
+    )
+ADMISSION_CACHE = _ADMISSION_CACHE != "off"
+ADMISSION_CACHE_VERIFY = _ADMISSION_CACHE == "verify"
 # Per API token (or signed-in user); beyond it requests answer 429 with Retry-After.
 ACCELPLANE_API_RATE = os.environ.get("ACCELPLANE_API_RATE", "6000/min")
 # How often a WebSocket re-reads the event log: the in-process channel layer cannot carry

@@ -68,3 +68,10 @@ def staff_api(db):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     return client
+
+
+@pytest.fixture(autouse=True)
+def _verified_admission_cache(settings):
+    """Every admission in the tests checks the in-memory queues against the database."""
+    settings.ADMISSION_CACHE = True
+    settings.ADMISSION_CACHE_VERIFY = True

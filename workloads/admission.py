@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -20,10 +21,16 @@ import scheduler
 from clusters.models import Cluster
 from events.models import Event
 from events.services import record_events
-from workloads import bulk, checkpoints, fairsharing, pods, runtime
+from workloads import admission_cache, bulk, checkpoints, fairsharing, pods, runtime
 from workloads.history import admitted_events, preempted_event_row, workload_event_row
 from workloads.models import KubeObject, Workload
-from workloads.snapshot import HEADS_PER_QUEUE, ClusterSnapshot, admission_json, load
+from workloads.snapshot import (
+    HEADS_PER_QUEUE,
+    ClusterSnapshot,
+    admission_json,
+    load,
+    query_active_rows,
+)
 
 ADMIT_FIELDS = [
     "admission",
@@ -119,7 +126,8 @@ def admit_pending(
     with transaction.atomic():
         lock_admission(cluster)
         fairsharing.sample(cluster, now)
-        snap = load(cluster, heads_per_queue)
+        rows = admission_cache.active_rows if settings.ADMISSION_CACHE else query_active_rows
+        snap = load(cluster, heads_per_queue, rows)
         decisions = scheduler.schedule(snap.snapshot, max_admissions=max_admissions)
         _Writer(cluster, snap, now).write(decisions)
         _charge_local_queues(snap, decisions)

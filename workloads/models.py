@@ -461,3 +461,30 @@ class KueueWorkloadLink(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class WorkloadChange(models.Model):
+    """A workload row inserted, deleted, or changed in a column admission reads: written by
+    database triggers (migration 0011) for every writer, read and deleted by the admission
+    cache (workloads/admission_cache.py) to refresh only those rows."""
+
+    # Plain integers, not foreign keys: a deleted workload's (or cluster's) change outlives it.
+    cluster_id = models.BigIntegerField()
+    workload_id = models.BigIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster_id", "id"], name="workload_change_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.workload_id}"
+
+
+class AdmissionCacheOwner(models.Model):
+    """Which process's admission cache last read a cluster's changes. Another token means
+    another process consumed changes this one has not seen: it reloads in full."""
+
+    cluster_id = models.BigIntegerField(primary_key=True)
+    token = models.CharField(max_length=32)
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {self.token}"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from django.db import connection
 from django.db.models import F, Q, QuerySet, TextField, Window
-from django.db.models.functions import Cast, RowNumber
+from django.db.models.functions import Cast, Collate, RowNumber
 
 import scheduler as s
 from clusters.models import Cluster, Node
@@ -25,6 +26,7 @@ from workloads.models import (
     Configuration,
     LocalQueue,
     Pod,
+    QueueObject,
     ResourceFlavor,
     Topology,
     Workload,
@@ -159,13 +161,15 @@ def admission_json(value: s.Admission) -> dict[str, Any]:
     }
 
 
-def cluster_queue(row: ClusterQueue, known_checks: set[str]) -> s.ClusterQueue:
-    spec = ClusterQueueSpec.from_stored(row.spec)
+def cluster_queue(
+    name: str, cohort_name: str, stored: Mapping[str, Any], known_checks: Set[str]
+) -> s.ClusterQueue:
+    spec = ClusterQueueSpec.from_stored(stored)
     checks = spec.check_names
     return s.ClusterQueue(
-        name=row.name,
+        name=name,
         resource_groups=spec.resource_groups,
-        cohort=row.cohort_name or None,
+        cohort=cohort_name or None,
         queueing_strategy=spec.queueing_strategy,
         preemption=spec.preemption,
         flavor_fungibility=spec.flavor_fungibility,
@@ -177,15 +181,14 @@ def cluster_queue(row: ClusterQueue, known_checks: set[str]) -> s.ClusterQueue:
     )
 
 
-def cohort(row: Cohort) -> s.Cohort:
-    spec = CohortSpec.from_stored(row.spec)
-    return s.Cohort(row.name, row.parent_name or None, spec.resource_groups, spec.weight)
+def cohort(name: str, parent_name: str, stored: Mapping[str, Any]) -> s.Cohort:
+    spec = CohortSpec.from_stored(stored)
+    return s.Cohort(name, parent_name or None, spec.resource_groups, spec.weight)
 
 
-def resource_flavor(row: ResourceFlavor) -> s.ResourceFlavor:
-    spec = row.spec
+def resource_flavor(name: str, spec: Mapping[str, Any]) -> s.ResourceFlavor:
     return s.ResourceFlavor(
-        name=row.name,
+        name=name,
         node_labels=spec.get("node_labels") or {},
         node_taints=tuple(taint(t) for t in spec.get("node_taints") or ()),
         tolerations=tuple(toleration(t) for t in spec.get("tolerations") or ()),
@@ -219,8 +222,21 @@ at most this many per queue; `admission.settle` calls again, with a wider window
 window fills up."""
 
 
-def _active_rows(cluster: Cluster, heads_per_queue: int) -> QuerySet[Workload]:
-    """Every workload holding quota, and the first pending ones of each LocalQueue."""
+WorkloadRow = tuple[Any, ...]
+"""A workload as `read_rows` reads it: the values of `_WORKLOAD_COLUMNS`."""
+
+
+def read_rows(rows: QuerySet[Workload], *extra: str) -> list[WorkloadRow]:
+    """`_WORKLOAD_COLUMNS` (JSON as text), then the `extra` fields, of each row, by primary key."""
+    rows = rows.annotate(
+        pod_sets_text=Cast("pod_sets", TextField()), admission_text=Cast("admission", TextField())
+    )
+    return list(rows.order_by("pk").values_list(*_WORKLOAD_COLUMNS, *extra))
+
+
+def query_active_rows(cluster: Cluster, heads_per_queue: int) -> list[WorkloadRow]:
+    """Every workload holding quota, and the first pending ones of each LocalQueue, from the
+    database. Admission reads the same from `admission_cache`, which keeps them between runs."""
     holding = Workload.objects.filter(cluster=cluster, phase__in=Workload.HOLDING_QUOTA)
     # Not in a queue: in its requeuing back-off (waitForPodsReady), or deactivated.
     ranked = Workload.objects.filter(
@@ -233,26 +249,28 @@ def _active_rows(cluster: Cluster, heads_per_queue: int) -> QuerySet[Workload]:
         queue_rank=Window(
             RowNumber(),
             partition_by=[F("namespace"), F("queue_name")],
-            order_by=[F("preempting").desc(), F("priority").desc(), F("queued_at"), F("name")],
+            order_by=[
+                F("preempting").desc(),
+                F("priority").desc(),
+                F("queued_at"),
+                # Code point order, as the cache sorts, whatever the database's collation.
+                Collate(F("name"), "C" if connection.vendor == "postgresql" else "BINARY"),
+            ],
         )
     )
     heads = ranked.filter(queue_rank__lte=heads_per_queue).values("pk")
-    return Workload.objects.filter(Q(pk__in=holding.values("pk")) | Q(pk__in=heads))
+    return read_rows(Workload.objects.filter(Q(pk__in=holding.values("pk")) | Q(pk__in=heads)))
 
 
 def _workloads(
-    cluster: Cluster,
+    rows: Iterable[WorkloadRow],
     cq_by_queue: Mapping[tuple[str, str], str],
     stopped: set[tuple[str, str]],
-    heads_per_queue: int,
 ) -> tuple[list[s.Workload], dict[str, int], dict[str, tuple[str, str, bool]], list[s.Pending]]:
     """Scheduler workloads; pending ones of a stopped (stopPolicy) or missing LocalQueue are
     held back until it is started or applied."""
     workloads, ids, pending_state, held = [], {}, {}, []
-    rows = _active_rows(cluster, heads_per_queue).annotate(
-        pod_sets_text=Cast("pod_sets", TextField()), admission_text=Cast("admission", TextField())
-    )
-    for row in rows.values_list(*_WORKLOAD_COLUMNS):
+    for row in rows:
         (pk, namespace, name, queue, priority, queued_at, sets, admitted, reserved_at) = row[:9]
         (evicting, preempting, parked, phase, reason, message, pods_ready) = row[9:16]
         key = f"{namespace}/{name}"
@@ -287,23 +305,28 @@ def _workloads(
     return workloads, ids, pending_state, held
 
 
-def load(cluster: Cluster, heads_per_queue: int = HEADS_PER_QUEUE) -> ClusterSnapshot:
+def load(
+    cluster: Cluster,
+    heads_per_queue: int = HEADS_PER_QUEUE,
+    active_rows: Callable[[Cluster, int], list[WorkloadRow]] = query_active_rows,
+) -> ClusterSnapshot:
     """Queues, flavors, cohorts, the Configuration and the active workloads of a cluster in
     seven queries; three more
     (topologies, nodes, bound pods) when a ResourceFlavor is topology-aware."""
 
-    known_checks = set(
+    known_checks = frozenset(
         AdmissionCheck.objects.filter(cluster=cluster).values_list("name", flat=True)
     )
     cqs = {
-        row.name: cluster_queue(row, known_checks)
-        for row in ClusterQueue.objects.filter(cluster=cluster)
+        name: _cluster_queue(name, cohort_name, spec, known_checks)
+        for name, cohort_name, spec in _specs(ClusterQueue, cluster, "cohort_name")
     }
-    cohorts = {row.name: cohort(row) for row in Cohort.objects.filter(cluster=cluster)}
-    flavors = {
-        row.name: resource_flavor(row) for row in ResourceFlavor.objects.filter(cluster=cluster)
+    cohorts = {
+        name: _cohort(name, parent, spec)
+        for name, parent, spec in _specs(Cohort, cluster, "parent_name")
     }
-    config = scheduling_config(configuration(cluster))
+    flavors = {name: _resource_flavor(name, spec) for name, spec in _specs(ResourceFlavor, cluster)}
+    config = _scheduling_config(_configuration_text(cluster))
     cq_by_queue, stopped = {}, set()
     lq_usage, lq_weights = {}, {}
     for ns, name, cq, spec, consumed in LocalQueue.objects.filter(cluster=cluster).values_list(
@@ -317,7 +340,9 @@ def load(cluster: Cluster, heads_per_queue: int = HEADS_PER_QUEUE) -> ClusterSna
             lq_weights[f"{ns}/{name}"] = weight = 1.0 if weight is None else weight
             afs = config.admission_fair_sharing
             lq_usage[f"{ns}/{name}"] = local_queue_usage(consumed, weight, afs)
-    workloads, ids, pending_state, held = _workloads(cluster, cq_by_queue, stopped, heads_per_queue)
+    workloads, ids, pending_state, held = _workloads(
+        active_rows(cluster, heads_per_queue), cq_by_queue, stopped
+    )
     snapshot = s.Snapshot(
         cluster_queues=cqs,
         cohorts=cohorts,
@@ -330,6 +355,42 @@ def load(cluster: Cluster, heads_per_queue: int = HEADS_PER_QUEUE) -> ClusterSna
     if any(f.topology_name for f in flavors.values()):
         snapshot = _with_topology(cluster, snapshot, _tas_workload_ids(workloads, ids))
     return ClusterSnapshot(cluster, snapshot, ids, pending_state, held)
+
+
+def _specs(model: type[QueueObject], cluster: Cluster, *fields: str) -> list[tuple[Any, ...]]:
+    """Each queue object's name, `fields`, and spec as text (the key of the conversions below)."""
+    rows = model._default_manager.filter(cluster=cluster)
+    rows = rows.annotate(spec_text=Cast("spec", TextField()))
+    return list(rows.values_list("name", *fields, "spec_text"))
+
+
+# Every admission run reads the queue objects; they seldom change, so each distinct row is
+# converted once. The keys are the rows as read, so any change shows at the next run.
+@lru_cache(maxsize=1024)
+def _cluster_queue(
+    name: str, cohort_name: str, spec: str, known_checks: frozenset[str]
+) -> s.ClusterQueue:
+    return cluster_queue(name, cohort_name, json.loads(spec), known_checks)
+
+
+@lru_cache(maxsize=1024)
+def _cohort(name: str, parent_name: str, spec: str) -> s.Cohort:
+    return cohort(name, parent_name, json.loads(spec))
+
+
+@lru_cache(maxsize=1024)
+def _resource_flavor(name: str, spec: str) -> s.ResourceFlavor:
+    return resource_flavor(name, json.loads(spec))
+
+
+@lru_cache(maxsize=256)
+def _scheduling_config(spec: str | None) -> SchedulingConfig:
+    return scheduling_config(json.loads(spec) if spec is not None else default_configuration())
+
+
+def _configuration_text(cluster: Cluster) -> str | None:
+    rows = Configuration.objects.filter(cluster=cluster).annotate(text=Cast("spec", TextField()))
+    return rows.values_list("text", flat=True).first()
 
 
 def configuration(cluster: Cluster) -> dict[str, Any]:
