@@ -120,37 +120,122 @@ def _score(pod: Pod, node: Node, used: Mapping[str, int]) -> float:
     return sum(free) / len(free)
 
 
+_INFEASIBLE = float("-inf")
+
+
+class _Shape:
+    """The static filters and current scores of pods alike but for their names (a Job's pods
+    mostly are): the filters run once per shape, and a binding changes one node's usage, so
+    only that node's score needs recomputing (`refresh`), with `_shortfall`'s and `_score`'s
+    arithmetic."""
+
+    __slots__ = ("charge", "needs", "scored", "nodes", "where", "scores", "synced")
+
+    def __init__(
+        self,
+        pod: Pod,
+        nodes: Sequence[Node],
+        usage: Mapping[str, Mapping[str, int]],
+        synced: int,
+    ):
+        self.charge = list({**pod.requests, PODS: POD}.items())
+        """What binding the pod adds to its node's usage."""
+        self.needs = [(r, amount) for r, amount in self.charge if amount]
+        resources = [r for r, v in pod.requests.items() if v] or [PODS]
+        self.scored = [(r, pod.requests.get(r, 0)) for r in resources]
+        self.nodes = [node for node in nodes if matches_node(pod, node)]
+        self.where: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            self.where.setdefault(node.name, []).append(i)
+        self.scores = [self._score(node, usage[node.name]) for node in self.nodes]
+        self.synced = synced
+        """How many of `place`'s bindings the scores account for."""
+
+    def _score(self, node: Node, used: Mapping[str, int]) -> float:
+        """`_score` where the pod fits (`_shortfall` is empty), `_INFEASIBLE` elsewhere."""
+        allocatable = node.allocatable
+        if any(used.get(r, 0) + amount > allocatable.get(r, 0) for r, amount in self.needs):
+            return _INFEASIBLE
+        free = [
+            (allocatable.get(r, 0) - used.get(r, 0) - amount) / max(1, allocatable.get(r, 0))
+            for r, amount in self.scored
+        ]
+        return sum(free) / len(free)
+
+    def refresh(self, landed: Sequence[str], usage: Mapping[str, Mapping[str, int]]) -> None:
+        """Rescore the nodes pods went to since the last call (`landed`: node names, in
+        binding order)."""
+        fresh = landed[self.synced :]
+        if len(fresh) < len(self.nodes):
+            for name in set(fresh):
+                for i in self.where.get(name, ()):
+                    self.scores[i] = self._score(self.nodes[i], usage[name])
+        else:  # no dearer than rescoring all (a shape back after many others)
+            self.scores = [self._score(node, usage[node.name]) for node in self.nodes]
+        self.synced = len(landed)
+
+    def best(self, pod: Pod, exclusivity: _Exclusivity) -> Node | None:
+        """The first node, in name order, with the highest score if that is above -1 (scores
+        fall below only for a pod that requests `pods` itself); None if there is none."""
+        if pod.exclusive is None:
+            top = max(self.scores, default=_INFEASIBLE)
+            return self.nodes[self.scores.index(top)] if top > -1.0 else None
+        # Which domains an exclusive pod may take changes with each binding: asked pod by pod.
+        best: Node | None = None
+        best_score = -1.0
+        for node, score in zip(self.nodes, self.scores, strict=True):
+            if score > best_score and exclusivity.allows(pod, node):
+                best, best_score = node, score
+        return best
+
+
+def _shape_key(pod: Pod) -> tuple[object, ...]:
+    """What `_Shape` depends on (not `exclusive`: `_Shape.best` asks about it). Request values
+    with their type: 1 and 1.0 are one key, but not the same arithmetic."""
+    return (
+        tuple((r, type(v), v) for r, v in pod.requests.items()),
+        tuple(pod.node_selector.items()),
+        pod.required_affinity,
+        pod.tolerations,
+    )
+
+
 def place(
     nodes: Iterable[Node],
     used: Mapping[str, Mapping[str, int]],
     pods: Sequence[Pod],
     owners: DomainOwners | None = None,
 ) -> dict[str, str | None]:
-    """Bind pods in order to the best-scoring feasible node; None where no node fits.
+    """Bind pods in order to the best-scoring feasible node; None where no node fits. Ties go
+    to the first node in name order.
 
     `owners`: the exclusive domains bound pods already hold."""
-    usage = {name: dict(amounts) for name, amounts in used.items()}
-    exclusivity = _Exclusivity(owners or {})
     node_list = sorted(nodes, key=lambda n: n.name)
+    usage = {name: dict(amounts) for name, amounts in used.items()}
+    for node in node_list:
+        usage.setdefault(node.name, {})
+    exclusivity = _Exclusivity(owners or {})
+    shapes: dict[tuple[object, ...], _Shape] = {}
+    landed: list[str] = []
     bindings: dict[str, str | None] = {}
     for pod in pods:
-        best: Node | None = None
-        best_score = -1.0
-        for node in node_list:
-            node_used = usage.setdefault(node.name, {})
-            if not matches_node(pod, node) or not fits_node(pod, node, node_used):
-                continue
-            if not exclusivity.allows(pod, node):
-                continue
-            score = _score(pod, node, node_used)
-            if score > best_score:
-                best, best_score = node, score
+        key = _shape_key(pod)
+        try:
+            shape = shapes[key]
+        except KeyError:
+            shape = shapes[key] = _Shape(pod, node_list, usage, len(landed))
+        except TypeError:  # an unhashable selector: nothing to share
+            shape = _Shape(pod, node_list, usage, len(landed))
+        else:
+            shape.refresh(landed, usage)
+        best = shape.best(pod, exclusivity)
         bindings[pod.key] = best.name if best else None
         if best is not None:
             exclusivity.bind(pod, best)
             node_used = usage[best.name]
-            for resource, amount in {**pod.requests, PODS: POD}.items():
+            for resource, amount in shape.charge:
                 node_used[resource] = node_used.get(resource, 0) + amount
+            landed.append(best.name)
     return bindings
 
 
