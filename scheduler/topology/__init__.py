@@ -31,7 +31,8 @@ balanced placement behind its gate, `balanced.py`), `tas_topology_tree.go`,
 Speed, as Kueue's per-snapshot TAS index: a NodeIndex (one per scheduling pass) keeps the
 domain trees and, per pod shape, the pods that fit in every domain; a LiveUsage logs the nodes
 whose usage changes, so a placement recounts only their leaves and builds domain objects only
-for the levels and subtrees it visits.
+for the levels and subtrees it visits. The trees, with what fits on idle nodes, are shared by
+the passes that see the same tuple of nodes, and a placement is kept until a count changes.
 
 Modules: `values` (Topology, requests, assignments), `annotations` (requests from PodSet
 annotations), `eligibility` (which queues, flavors and PodSets use TAS), `usage` (per-node

@@ -71,7 +71,16 @@ def place_pod_set(
         return Placement(_assignment(topology, []), "", flavor.name)
     index = indexed(nodes)
     tree = index.tree(topology.levels, flavor, pod_set)
-    counts = Counts(tree, index.capacity(tree, used, per_pod(pod_set)), plan)
+    capacity = index.capacity(tree, used, per_pod(pod_set))
+    key = (plan, flavor.name)
+    if key not in capacity.placements:
+        capacity.placements[key] = _place(topology, Counts(tree, capacity, plan), flavor)
+    return capacity.placements[key]
+
+
+def _place(topology: Topology, counts: Counts, flavor: ResourceFlavor) -> Placement:
+    """The placement at these counts: level selection (or balanced spread), then descent."""
+    plan = counts.plan
     spread = balanced_domains(counts, plan) if plan.balanced else None
     if spread is not None:
         fit_level, domains = spread

@@ -3,13 +3,19 @@ them (Kueue `tas_topology_tree.go`, `tas_nodes_cache.go`)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import overload
 
 from scheduler.model import PodSet, ResourceFlavor
 from scheduler.placement import Node, Pod, matches_node
 from scheduler.topology.usage import LiveUsage, Usage, pods_fitting
-from scheduler.topology.values import HOSTNAME
+from scheduler.topology.values import HOSTNAME, Placement
+
+_IDLE_KEPT = 64
+"""Pod shapes whose idle counts a tree keeps."""
+_TREES_KEPT = 256
+"""Trees (flavor and, at hostname level, pod filters) kept per fleet: teams choose selectors."""
 
 
 class Tree:
@@ -25,6 +31,7 @@ class Tree:
         self.leaves_of: dict[str, list[int]] = {}
         for path in sorted(leaves):
             self._add_leaf(path, leaves[path])
+        self._idle: dict[tuple[tuple[str, int], ...], list[list[int]]] = {}
 
     def _add_leaf(self, path: tuple[str, ...], nodes: Sequence[Node]) -> None:
         chain: list[int] = []
@@ -41,6 +48,21 @@ class Tree:
         self.leaf_nodes.append(nodes)
         self.ancestors.append(tuple(chain))
 
+    def idle_pods(self, requests: Mapping[str, int]) -> list[list[int]]:
+        """Pods of this shape that fit per domain when nothing is in use: they depend on the
+        nodes alone, so they are counted once per tree and shape (read only)."""
+        key = tuple(sorted(requests.items()))
+        if key not in self._idle:
+            if len(self._idle) >= _IDLE_KEPT:  # a tree lives as long as its fleet: bounded
+                del self._idle[next(iter(self._idle))]
+            pods = [[0] * len(paths) for paths in self.paths]
+            for nodes, ancestors in zip(self.leaf_nodes, self.ancestors, strict=True):
+                fit = pods_fitting(nodes, requests)
+                for level, index in enumerate(ancestors):
+                    pods[level][index] += fit
+            self._idle[key] = pods
+        return self._idle[key]
+
 
 class Capacity:
     """Pods of one shape that fit in every domain of a tree (per level), at some usage."""
@@ -48,10 +70,14 @@ class Capacity:
     def __init__(self, tree: Tree, requests: Mapping[str, int], used: Usage):
         self.tree = tree
         self.requests = requests
-        self.pods = [[0] * len(paths) for paths in tree.paths]
+        self.pods = [list(pods) for pods in tree.idle_pods(requests)]
+        self.placements: dict[Hashable, Placement] = {}
+        """Placements found at the current counts, by plan and flavor: a placement depends on
+        the counts alone, and entries of a pass often ask alike while no count changes."""
         self.seen = len(used.changes) if isinstance(used, LiveUsage) else 0
         """How many of the usage's changes the counts include."""
-        for leaf in range(len(tree.leaf_nodes)):
+        # Only the leaves of nodes in use have fewer pods than when idle.
+        for leaf in {leaf for name in used for leaf in tree.leaves_of.get(name, ())}:
             self._recount(leaf, used)
 
     def catch_up(self, used: LiveUsage) -> None:
@@ -66,6 +92,9 @@ class Capacity:
         fit = pods_fitting(self.tree.leaf_nodes[leaf], self.requests, used)
         ancestors = self.tree.ancestors[leaf]
         delta = fit - self.pods[-1][ancestors[-1]]
+        if not delta:
+            return
+        self.placements.clear()
         for level, index in enumerate(ancestors):
             self.pods[level][index] += delta
 
@@ -81,10 +110,11 @@ class NodeIndex(Sequence[Node]):
 
     def __init__(self, nodes: Iterable[Node]):
         self._nodes = tuple(nodes)
-        self._in_flavor: dict[Hashable, dict[tuple[str, ...], list[Node]]] = {}
-        self._trees: dict[Hashable, Tree] = {}
+        shared = _shared(self._nodes)
+        self._in_flavor = shared.in_flavor
+        self._trees = shared.trees
+        self._first_names = shared.first_names
         self._capacities: dict[_CapacityKey, tuple[LiveUsage, Capacity]] = {}
-        self._first_names: dict[tuple[str, ...], dict[tuple[str, ...], str]] = {}
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -125,6 +155,8 @@ class NodeIndex(Sequence[Node]):
                 path: [n for n in nodes if not by_host or matches_node(pod, n)]
                 for path, nodes in self.in_flavor(levels, flavor).items()
             }
+            if len(self._trees) >= _TREES_KEPT:  # shared while the fleet lasts: bounded
+                del self._trees[next(iter(self._trees))]
             self._trees[key] = Tree(levels, {p: ns for p, ns in leaves.items() if ns})
         return self._trees[key]
 
@@ -151,6 +183,37 @@ class NodeIndex(Sequence[Node]):
                     names.setdefault(tuple(node.labels[v] for v in levels), node.name)
             self._first_names[levels] = names
         return self._first_names[levels]
+
+
+class _Shared:
+    """What a NodeIndex derives from its nodes alone (no usage): domains, trees (with their
+    idle counts) and first names by key."""
+
+    def __init__(self, nodes: tuple[Node, ...]):
+        self.nodes = nodes
+        """Held so that its id, the key, is not reused while the entry lives."""
+        self.in_flavor: dict[Hashable, dict[tuple[str, ...], list[Node]]] = {}
+        self.trees: dict[Hashable, Tree] = {}
+        self.first_names: dict[tuple[str, ...], dict[tuple[str, ...], str]] = {}
+
+
+_SHARED: dict[int, _Shared] = {}
+_SHARED_KEPT = 4
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared(nodes: tuple[Node, ...]) -> _Shared:
+    """The derived data of this very tuple of nodes, shared by the NodeIndexes of every pass
+    that sees it: the snapshot hands over the same tuple of frozen nodes while the fleet is
+    unchanged, and building the trees was most of a TAS pass. Keyed by identity, never by
+    value, so a changed fleet (a new tuple) starts afresh; the few last tuples are kept."""
+    with _SHARED_LOCK:  # passes of different clusters may run in threads
+        entry = _SHARED.get(id(nodes))
+        if entry is None or entry.nodes is not nodes:
+            entry = _SHARED[id(nodes)] = _Shared(nodes)
+            while len(_SHARED) > _SHARED_KEPT:
+                del _SHARED[next(iter(_SHARED))]
+        return entry
 
 
 def indexed(nodes: Sequence[Node]) -> NodeIndex:
