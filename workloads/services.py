@@ -125,7 +125,12 @@ def apply(
         manifests.check_pods_per_request((p.document, p.shape) for p in plans if p.shape)
         with transaction.atomic(), deferred_events():
             lookups = _Lookups(cluster, documents)
-            results = [_apply_one(lookups, plan, now, simulation or {}, actor) for plan in plans]
+            new = _NewObjects(now)
+            applied = [
+                _apply_one(lookups, plan, now, simulation or {}, actor, new) for plan in plans
+            ]
+            new.insert()
+            results = [a if isinstance(a, Applied) else a.applied() for a in applied]
             # Last, so that a refusal by the apiserver rolls all of it back.
             with _on_cluster(cluster, dry_run=admit is Admit.DRY_RUN) as api:
                 if api is not None:
@@ -226,9 +231,13 @@ def _apply_one(
     now: datetime,
     simulation: Mapping[str, Mapping[str, Any]],
     actor: User | None,
-) -> Applied:
+    new: _NewObjects,
+) -> Applied | _NewObject:
+    """The document applied, or, for a new object, added to `new` to be inserted with the
+    request's other new objects. Whatever else changes is written after those added before."""
     doc, cluster = plan.document, lookups.cluster
     if plan.spec is not None:
+        new.insert()
         lookups.changed(doc.kind)
         return _apply_queue_object(cluster, doc, plan.spec, now, actor)
     existing = lookups.objects.get((doc.kind, doc.namespace or "", doc.name))
@@ -238,7 +247,7 @@ def _apply_one(
         return Applied(doc.key, "unchanged", existing.pk)
     sim = _simulation(doc, plan.shape, simulation.get(doc.key, {}))
     if existing is None:
-        obj = KubeObject.objects.create(
+        obj = KubeObject(
             cluster=cluster,
             api_version=doc.api_version,
             kind=doc.kind,
@@ -249,26 +258,86 @@ def _apply_one(
             created_at=now,
             updated_at=now,
         )
-        action = "created"
-    else:
-        obj = existing
-        if plan.shape is not None and _only_replicas_changed(existing.manifest, doc.body):
-            _scale_to(obj, plan.shape.replicas, now, doc.body, lookups)
-            return Applied(doc.key, "configured", obj.pk)
-        _remove_workloads(obj, now)
-        obj.manifest, obj.simulation, obj.generation = doc.body, sim, obj.generation + 1
-        obj.api_version, obj.updated_at = doc.api_version, now
-        obj.save()
-        action = "configured"
-    object_event(
-        f"object.{action}",
-        obj,
-        now,
-        message=f"{obj.key} {action}",
-    )
+        priority = None
+        if plan.shape is not None and plan.shape.queue_name:
+            # Read now, in document order: a missing priority class is refused as it would
+            # be one document at a time.
+            priority = _priority(lookups, doc, plan.shape)
+        return new.add(doc, obj, plan.shape, priority)
+    new.insert()
+    obj = existing
+    if plan.shape is not None and _only_replicas_changed(existing.manifest, doc.body):
+        _scale_to(obj, plan.shape.replicas, now, doc.body, lookups)
+        return Applied(doc.key, "configured", obj.pk)
+    _remove_workloads(obj, now)
+    obj.manifest, obj.simulation, obj.generation = doc.body, sim, obj.generation + 1
+    obj.api_version, obj.updated_at = doc.api_version, now
+    obj.save()
+    object_event("object.configured", obj, now, message=f"{obj.key} configured")
     if plan.shape is not None:
         _create_workloads(obj, plan.shape, range(plan.shape.replicas), now, lookups, doc)
-    return Applied(doc.key, action, obj.pk)
+    return Applied(doc.key, "configured", obj.pk)
+
+
+@dataclass(frozen=True, slots=True)
+class _NewObject:
+    document: Document
+    obj: KubeObject
+    """Unsaved until `_NewObjects.insert`."""
+    shape: WorkloadShape | None
+    priority: tuple[int, str] | None
+    """(value, class name) of its workloads; None when it is not queued."""
+
+    def applied(self) -> Applied:
+        return Applied(self.document.key, "created", self.obj.pk)
+
+
+class _NewObjects:
+    """The objects one apply creates, inserted together: their KubeObjects in one INSERT and
+    their workloads in another, instead of two per document. Rows, pods and events are as
+    one document at a time makes them, in the same order."""
+
+    def __init__(self, now: datetime):
+        self.now = now
+        self.pending: list[_NewObject] = []
+
+    def add(
+        self,
+        doc: Document,
+        obj: KubeObject,
+        shape: WorkloadShape | None,
+        priority: tuple[int, str] | None,
+    ) -> _NewObject:
+        new = _NewObject(doc, obj, shape, priority)
+        self.pending.append(new)
+        return new
+
+    def insert(self) -> None:
+        """Every object added since the last call, with its workloads, pods and events."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        now = self.now
+        # Primary keys come back (RETURNING): workload and pod names hash them.
+        KubeObject.objects.bulk_create([new.obj for new in pending])
+        rows: list[list[Workload]] = []
+        for new in pending:
+            if new.shape is None or new.priority is None:
+                rows.append([])
+                continue
+            replicas = range(new.shape.replicas)
+            rows.append(_workload_rows(new.obj, new.shape, replicas, now, *new.priority))
+        Workload.objects.bulk_create([row for object_rows in rows for row in object_rows])
+        for new, object_rows in zip(pending, rows, strict=True):
+            obj, shape = new.obj, new.shape
+            object_event("object.created", obj, now, message=f"{obj.key} created")
+            if shape is None:
+                continue
+            if new.priority is not None:
+                _workloads_created(obj, shape, object_rows, now)
+            elif obj.cluster.provider == Cluster.Provider.SIM:
+                # Not queued: its pods go straight to kube-scheduler (the simulator's only).
+                pods.create_unmanaged(obj, _pod_sets(shape), range(shape.replicas), now)
 
 
 class ManagedElsewhere(ValueError):
@@ -554,16 +623,34 @@ def _create_workloads(
     lookups: _Lookups,
     doc: Document,
 ) -> None:
-    pod_sets = [asdict(p) for p in shape.pod_sets]
-    # A real cluster's pods come from its watch (kube/mirror.py), never from the simulator.
-    simulated = obj.cluster.provider == Cluster.Provider.SIM
     if not shape.queue_name:
-        if simulated:
-            pods.create_unmanaged(obj, pod_sets, replicas, now)
+        # A real cluster's pods come from its watch (kube/mirror.py), never from the simulator.
+        if obj.cluster.provider == Cluster.Provider.SIM:
+            pods.create_unmanaged(obj, _pod_sets(shape), replicas, now)
         return
     priority, priority_class = _priority(lookups, doc, shape)
+    rows = _workload_rows(obj, shape, replicas, now, priority, priority_class)
+    # One INSERT for every replica's workload (a Deployment's pod each, an LWS's group each).
+    _workloads_created(obj, shape, Workload.objects.bulk_create(rows), now)
+
+
+def _pod_sets(shape: WorkloadShape) -> list[dict[str, Any]]:
+    return [asdict(p) for p in shape.pod_sets]
+
+
+def _workload_rows(
+    obj: KubeObject,
+    shape: WorkloadShape,
+    replicas: range,
+    now: datetime,
+    priority: int,
+    priority_class: str,
+) -> list[Workload]:
+    """Unsaved: the Kueue workloads of a queued object's `replicas` (`obj` saved)."""
+    assert shape.queue_name, "an object without a queue-name label has no workloads"
+    pod_sets = _pod_sets(shape)
     indexes = replicas if shape.per_replica else range(1)
-    rows = [
+    return [
         Workload(
             cluster=obj.cluster,
             owner=obj,
@@ -578,16 +665,23 @@ def _create_workloads(
         )
         for index in indexes
     ]
-    # One INSERT for every replica's workload (a Deployment's pod each, an LWS's group each).
-    for row in Workload.objects.bulk_create(rows):
-        if simulated and pods.is_pod_owned(obj):
+
+
+def _workloads_created(
+    obj: KubeObject, shape: WorkloadShape, rows: list[Workload], now: datetime
+) -> None:
+    """The gated pods and events of workloads just inserted."""
+    # A real cluster's pods come from its watch (kube/mirror.py), never from the simulator.
+    gated = obj.cluster.provider == Cluster.Provider.SIM and pods.is_pod_owned(obj)
+    for row in rows:
+        if gated:
             pods.create_gated(row, now)
         workload_event(
             "workload.submitted",
             row,
             now,
             queue=shape.queue_name,
-            priority=priority,
+            priority=row.priority,
             message=f"workload {row.name} submitted to LocalQueue {shape.queue_name}",
         )
 

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.django_db
 #  3. the caller's namespaces and roles (authorization of every document)
 #  4. SAVEPOINT: services.apply's transaction (BEGIN outside a test)
 #  5. the stored objects the documents name (created, configured or unchanged)
-#  6. INSERT the Job
-#  7. every WorkloadPriorityClass and PriorityClass of the cluster (one UNION)
-#  8. INSERT its Kueue workloads (one for all replicas)
+#  6. every WorkloadPriorityClass and PriorityClass of the cluster (one UNION)
+#  7. INSERT the Job (one for all the request's new objects)
+#  8. INSERT its Kueue workloads (one for all the new objects' replicas)
 #  9. the event log's lock (PostgreSQL only: events are numbered in commit order)
 # 10. INSERT its events (object.created, workload.submitted)
 # 11. RELEASE SAVEPOINT (COMMIT outside a test)
