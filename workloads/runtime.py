@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Count, F, Max, Min, Q, QuerySet
+from django.db import connection, transaction
+from django.db.models import Count, F, Field, Max, Min, Q, QuerySet
 
 import scheduler
 from clusters.models import Cluster, Node
@@ -22,7 +23,8 @@ from events.services import record_events
 from scheduler.topology import HOSTNAME
 from workloads import checkpoints, live, pods, slicing
 from workloads.history import admitted_events, workload_event, workload_event_row
-from workloads.models import Pod, Workload
+from workloads.manifests.configuration import default_configuration
+from workloads.models import Configuration, KubeObject, Pod, Slice, Workload
 from workloads.snapshot import affinity, cluster_nodes, configuration, toleration
 
 TRAINING_KINDS = ("Job", "JobSet")
@@ -34,21 +36,158 @@ def simulate_round(cluster: Cluster, now: datetime, *, first: bool = True) -> bo
     """One round of the simulated cluster at `now`. Training progresses with the clock alone:
     after the first round at an instant, only jobs that started this round have steps to take."""
     with transaction.atomic(), live.pod_changes(cluster, now):
-        changed = stop_evicted(cluster, now)
-        changed |= slicing.activate(cluster, now)
-        changed |= _promote_checked(cluster, now)
-        changed |= _bind_pods(cluster, now)
-        became_ready = _ready_pods(cluster, now)
-        changed |= _track_pods_ready(cluster, now)
-        changed |= _pods_ready_timeouts(cluster, now)
-        changed |= _end_backoff(cluster, now)
+        # Most rounds find nothing to do: one query says which steps have anything, and the
+        # others are skipped. A step also runs when an earlier step of this round may have
+        # given it something (it then looks for itself), so the outcome is the same.
+        due = _due(cluster, now)
+        stopped = due.evicted and stop_evicted(cluster, now)
+        changed = stopped
+        if due.activating:
+            changed |= slicing.activate(cluster, now)
+        promoted = due.reserved and _promote_checked(cluster, now)  # starts their pods
+        changed |= promoted
+        bound = (due.unbound or promoted) and _bind_pods(cluster, now)
+        changed |= bound
+        became_ready = (due.becoming_ready or bound) and _ready_pods(cluster, now)
+        flipped = (due.flipping or promoted or became_ready) and _track_pods_ready(cluster, now)
+        changed |= flipped
+        # Admitted or no longer ready this round: a deadline `due` did not see.
+        if due.overdue or promoted or flipped:
+            changed |= _pods_ready_timeouts(cluster, now, due.wait_for_pods_ready)
+        if due.backoff_over or stopped:
+            changed |= _end_backoff(cluster, now)
         # Training starts when a job's last pod becomes ready, and only then.
         if became_ready:
             changed |= _start_training(cluster)
-        if first or became_ready:
+        if (first and due.training) or became_ready:
             changed |= _progress_training(cluster, now)
         changed |= became_ready
     return changed
+
+
+@dataclass(frozen=True)
+class _Due:
+    """What the steps of a round would find as it begins (`_due`)."""
+
+    wait_for_pods_ready: Mapping[str, Any]
+    """The Configuration's."""
+    overdue: bool
+    """Admitted workloads past their waitForPodsReady deadline (`_pods_ready_overdue`)."""
+    evicted: bool
+    activating: bool
+    """Slices whose activation time has come."""
+    reserved: bool
+    unbound: bool
+    """Pending pods without a node, and a ready node."""
+    becoming_ready: bool
+    """Bound pods whose startup is over."""
+    flipping: bool
+    """Admitted workloads whose PodsReady condition no longer says whether all pods are."""
+    backoff_over: bool
+    training: bool
+
+
+def _due(cluster: Cluster, now: datetime) -> _Due:
+    """What each step would find, in one statement: the steps' own queries cost several times
+    more to build than to run, and mostly find nothing. Raw SQL, as the ORM's would be."""
+    quote = connection.ops.quote_name
+    workloads, pods_, nodes, slices, owners, configurations = (
+        quote(m._meta.db_table) for m in (Workload, Pod, Node, Slice, KubeObject, Configuration)
+    )
+    at = Pod._meta.get_field("ready_at").get_db_prep_value(now, connection)
+    pk, admitted, pending = cluster.pk, Workload.Phase.ADMITTED, Workload.Phase.PENDING
+    pod_of_w = f"SELECT 1 FROM {pods_} p WHERE p.workload_id = w.id"
+    in_training = ", ".join(["%s"] * len(TRAINING_KINDS))
+    # As `_waiting_for_pods_ready`.
+    waiting = (
+        "w.cluster_id = %s AND w.phase = %s AND NOT w.evicting AND NOT w.pods_ready"
+        " AND w.admitted_at IS NOT NULL"
+    )
+    exists: list[tuple[str, list[Any]]] = [
+        # Compared, not tested, so that SQLite searches the (cluster, evicting) index; the
+        # others test it, so that it prefers (cluster, phase).
+        (f"{workloads} w WHERE w.cluster_id = %s AND w.evicting = %s", [pk, True]),
+        (
+            f"{slices} s WHERE s.cluster_id = %s AND s.state = %s AND s.activates_at <= %s",
+            [pk, Slice.State.ACTIVATING, at],
+        ),
+        (
+            f"{workloads} w WHERE w.cluster_id = %s AND w.phase = %s",
+            [pk, Workload.Phase.QUOTA_RESERVED],
+        ),
+        (
+            f"{pods_} p WHERE p.cluster_id = %s AND p.phase = %s AND p.node_id IS NULL"
+            f" AND EXISTS (SELECT 1 FROM {nodes} n WHERE n.cluster_id = %s AND n.ready)",
+            [pk, Pod.Phase.PENDING, pk],
+        ),
+        (
+            f"{pods_} p WHERE p.cluster_id = %s AND p.phase = %s AND p.node_id IS NOT NULL"
+            " AND p.ready_at <= %s",
+            [pk, Pod.Phase.PENDING, at],
+        ),
+        # `_track_pods_ready` flips pods_ready where it differs from "has pods, all ready",
+        # i.e. where it equals "no pods, or one not ready".
+        (
+            f"{workloads} w WHERE w.cluster_id = %s AND w.phase = %s AND NOT w.evicting"
+            f" AND w.pods_ready = (NOT EXISTS ({pod_of_w}) OR EXISTS ({pod_of_w} AND NOT p.ready))",
+            [pk, admitted],
+        ),
+        (
+            f"{workloads} w WHERE w.cluster_id = %s AND w.phase = %s AND NOT w.evicting"
+            " AND w.requeue_at <= %s",
+            [pk, pending, at],
+        ),
+        (
+            f"{workloads} w JOIN {owners} o ON o.id = w.owner_id WHERE w.cluster_id = %s"
+            " AND w.phase = %s AND w.training_started_at IS NOT NULL"
+            f" AND o.kind IN ({in_training})",
+            [pk, admitted, *TRAINING_KINDS],
+        ),
+    ]
+    values: list[tuple[str, list[Any]]] = [
+        (f"SELECT c.spec FROM {configurations} c WHERE c.cluster_id = %s", [pk]),  # one at most
+        (
+            f"SELECT MIN(w.admitted_at) FROM {workloads} w WHERE {waiting}"
+            " AND w.pods_ready_changed_at IS NULL",
+            [pk, admitted],
+        ),
+        (
+            f"SELECT MIN(w.pods_ready_changed_at) FROM {workloads} w WHERE {waiting}",
+            [pk, admitted],
+        ),
+    ]
+    columns = [f"EXISTS (SELECT 1 FROM {where})" for where, _ in exists]
+    columns += [f"({query})" for query, _ in values]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(columns)}",
+            [param for _, params in exists + values for param in params],
+        )
+        *found, spec, first_admitted, first_not_ready = cursor.fetchone()
+    spec = _from_db(Configuration._meta.get_field("spec"), spec)
+    wait = (spec if spec is not None else default_configuration())["wait_for_pods_ready"]
+    # The earliest starts against their deadlines: whether `_pods_ready_overdue` finds any.
+    first_admitted = _from_db(Workload._meta.get_field("admitted_at"), first_admitted)
+    first_not_ready = _from_db(Workload._meta.get_field("pods_ready_changed_at"), first_not_ready)
+    timeout, recovery = wait["timeout"], wait["recovery_timeout"]
+    overdue = wait["enable"] and (
+        (first_admitted is not None and first_admitted <= now - timedelta(seconds=timeout))
+        or (
+            bool(recovery)
+            and first_not_ready is not None
+            and first_not_ready <= now - timedelta(seconds=recovery)
+        )
+    )
+    return _Due(wait, overdue, *(bool(flag) for flag in found))
+
+
+def _from_db(field: Field[Any, Any], value: Any) -> Any:
+    """A value of `field`'s column from a raw query, as the ORM reads it (SQLite returns dates
+    as text; every backend returns JSON as text)."""
+    column = field.cached_col
+    for convert in connection.ops.get_db_converters(column) + field.get_db_converters(connection):
+        value = convert(value, column, connection)
+    return value
 
 
 def _sim(row: Workload) -> dict[str, Any]:
@@ -165,11 +304,10 @@ def backoff_seconds(count: int, base: int, cap: int) -> int:
     return min(base << (count - 1), cap)
 
 
-def _pods_ready_timeouts(cluster: Cluster, now: datetime) -> bool:
+def _pods_ready_timeouts(cluster: Cluster, now: datetime, wait: Mapping[str, Any]) -> bool:
     """Admitted workloads whose pods missed their deadline are evicted (PodsReadyTimeout) with
     a requeuing back-off, or deactivated past `backoffLimitCount` (Kueue `reconcileNotReadyTimeout`,
-    `triggerDeactivation`)."""
-    wait = configuration(cluster)["wait_for_pods_ready"]
+    `triggerDeactivation`). `wait`: the Configuration's waitForPodsReady."""
     if not wait["enable"]:
         return False
     strategy = wait["requeuing_strategy"]
