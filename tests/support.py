@@ -12,6 +12,16 @@ from workloads.models import AdmissionCacheOwner, WorkloadChange
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 NAMESPACE = "llm"
 
+# A WorkloadPriorityClass "urgent" (1000): a new cluster-scoped object, e.g. to head a
+# multi-document request.
+URGENT_CLASS = """\
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata:
+  name: urgent
+value: 1000
+"""
+
 # Kueue objects of the mixed training + inference workflow: 6 L4 GPUs shared by a
 # high-priority Deployment and a low-priority Job.
 GPU_QUEUES = """\

@@ -27,7 +27,7 @@ from django.db.models import Q, QuerySet
 
 from clusters.models import Cluster
 from workloads.models import AdmissionCacheOwner, Workload, WorkloadChange
-from workloads.snapshot import WorkloadRow, query_active_rows, read_rows
+from workloads.snapshot import WAITING, WorkloadRow, query_active_rows, read_rows
 
 # A row as `read_rows` returns it, then whether it is active and when its back-off ends.
 _CachedRow = tuple[WorkloadRow, bool, datetime | None]
@@ -101,11 +101,6 @@ def active_rows(cluster: Cluster, heads_per_queue: int) -> list[WorkloadRow]:
     return rows
 
 
-def forget_all() -> None:
-    """Drop every cluster's cache (tests that rebuild the database under a live process)."""
-    _clusters.clear()
-
-
 def _current(cluster_id: int) -> _ClusterWorkloads:
     cached = _clusters.get(cluster_id)
     owner = AdmissionCacheOwner.objects.filter(cluster_id=cluster_id).values_list("token")
@@ -126,8 +121,7 @@ def _reload(cluster_id: int) -> _ClusterWorkloads:
     # Consumed before the read: a change committed in between is read now and again next time.
     _consume_changes(cluster_id)
     cached = _ClusterWorkloads(token)
-    waiting = Q(phase=Workload.Phase.PENDING, parked=False, active=True, requeue_at__isnull=True)
-    rows = Workload.objects.filter(Q(phase__in=Workload.HOLDING_QUOTA) | waiting)
+    rows = Workload.objects.filter(Q(phase__in=Workload.HOLDING_QUOTA) | WAITING)
     for row in _read([rows.filter(cluster_id=cluster_id)]):
         cached.put(row)
     _clusters[cluster_id] = cached

@@ -237,18 +237,16 @@ def read_rows(rows: QuerySet[Workload], *extra: str) -> list[WorkloadRow]:
     return list(rows.order_by("pk").values_list(*_WORKLOAD_COLUMNS, *extra))
 
 
+WAITING = Q(phase=Workload.Phase.PENDING, parked=False, active=True, requeue_at__isnull=True)
+"""Pending workloads in their LocalQueue: not parked (inadmissible), not deactivated, not in
+their requeuing back-off (waitForPodsReady)."""
+
+
 def query_active_rows(cluster: Cluster, heads_per_queue: int) -> list[WorkloadRow]:
     """Every workload holding quota, and the first pending ones of each LocalQueue, from the
     database. Admission reads the same from `admission_cache`, which keeps them between runs."""
     holding = Workload.objects.filter(cluster=cluster, phase__in=Workload.HOLDING_QUOTA)
-    # Not in a queue: in its requeuing back-off (waitForPodsReady), or deactivated.
-    ranked = Workload.objects.filter(
-        cluster=cluster,
-        phase=Workload.Phase.PENDING,
-        parked=False,
-        active=True,
-        requeue_at__isnull=True,
-    ).annotate(
+    ranked = Workload.objects.filter(WAITING, cluster=cluster).annotate(
         queue_rank=Window(
             RowNumber(),
             partition_by=[F("namespace"), F("queue_name")],

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from events.models import Event
-from tests.support import GPU_QUEUES, NAMESPACE, at, deployment, job, row_counts
+from tests.support import GPU_QUEUES, NAMESPACE, URGENT_CLASS, at, deployment, job, row_counts
 from workloads import live, services
 from workloads.manifests import ManifestError
 from workloads.models import (
@@ -18,15 +18,6 @@ from workloads.models import (
     Workload,
     WorkloadPriorityClass,
 )
-
-# A valid head for multi-document requests: a new cluster-scoped object and a workload.
-URGENT_CLASS = """\
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata:
-  name: urgent
-value: 1000
-"""
 
 
 def apply(cluster, text, now=None, source="request.yaml"):

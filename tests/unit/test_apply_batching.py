@@ -10,18 +10,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from events.models import Event
-from tests.support import NAMESPACE, at, deployment, job, row_counts
+from tests.support import NAMESPACE, URGENT_CLASS, at, deployment, job, row_counts
 from workloads import services
 from workloads.manifests import ManifestError
 from workloads.models import KubeObject, Pod, Workload
-
-URGENT_CLASS = """\
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata:
-  name: urgent
-value: 1000
-"""
 
 
 def apply(cluster, text, now=None):
