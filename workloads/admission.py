@@ -19,9 +19,10 @@ from django.utils import timezone
 
 import scheduler
 from clusters.models import Cluster
+from controlplane import bulk
 from events.models import Event
 from events.services import record_events
-from workloads import admission_cache, bulk, checkpoints, fairsharing, pods, runtime
+from workloads import admission_cache, checkpoints, fairsharing, pods, runtime
 from workloads.history import admitted_events, preempted_event_row, workload_event_row
 from workloads.models import KubeObject, Workload
 from workloads.snapshot import (

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from workloads import bulk
+from controlplane import bulk
 from workloads.models import KubeObject, Pod, ResourceFlavor, Workload
 
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane import bulk
 from tests.support import NAMESPACE, at, deployment
-from workloads import bulk, services
+from workloads import services
 from workloads.models import Pod, Workload
 
 REPLICAS = 5
@@ -80,3 +81,20 @@ def test_inserted_rows_have_their_values_and_the_defaults_of_the_rest(workloads)
     attributes = [Pod._meta.get_field(f).attname for f in fields]
     assert [tuple(getattr(p, a) for a in attributes) for p in pods] == rows
     assert all(p.pod_set == "main" and p.node_id is None and not p.ready for p in pods)
+
+
+def test_inserted_rows_return_their_primary_keys_in_order_across_statements(
+    workloads, monkeypatch, django_assert_num_queries
+):
+    monkeypatch.setattr(bulk, "MAX_ROWS_PER_STATEMENT", 2)
+    owner = workloads[0].owner
+    fields = ["cluster", "owner", "workload", "name", "phase", "created_at"]
+    rows = [
+        (owner.cluster_id, owner.pk, row.pk, f"pod-{i}", Pod.Phase.PENDING, at(i))
+        for i, row in enumerate(workloads)
+    ]
+
+    with django_assert_num_queries(3):  # 5 rows, 2 a statement
+        pks = bulk.insert_rows_returning_pks(Pod, fields, rows)
+
+    assert [Pod.objects.get(pk=pk).name for pk in pks] == [f"pod-{i}" for i in range(REPLICAS)]

@@ -42,12 +42,26 @@ def update_rows(
             f"UPDATE {table} SET {assignments} FROM ({rows_sql}) AS v "  # noqa: S608 (quoted)
             f"WHERE {table}.{quote(_name(columns[0]))} = {values[0]}"
         ),
-    )
+    )[0]
 
 
 def insert_rows(model: type[Model], fields: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
     """New rows of `model`, each tuple its values of `fields`; the other fields (the primary key
     aside) take their defaults, evaluated once for all rows. Returns how many were inserted."""
+    return _insert(model, fields, rows, returning=False)[0]
+
+
+def insert_rows_returning_pks(
+    model: type[Model], fields: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> list[Any]:
+    """`insert_rows`, returning the new rows' primary keys in the order of `rows` (both
+    databases return a multi-row INSERT's rows in VALUES order, as `bulk_create` relies on)."""
+    return _insert(model, fields, rows, returning=True)[1]
+
+
+def _insert(
+    model: type[Model], fields: Sequence[str], rows: Iterable[Sequence[Any]], *, returning: bool
+) -> tuple[int, list[Any]]:
     named = [_column(model, name) for name in fields]
     defaults = [
         field
@@ -59,10 +73,12 @@ def insert_rows(model: type[Model], fields: Sequence[str], rows: Iterable[Sequen
     quote = connection.ops.quote_name
     names = ", ".join(quote(_name(field)) for field in columns)
     table = quote(model._meta.db_table)
+    suffix = f" RETURNING {quote(_name(model._meta.pk))}" if returning else ""
     return _execute(
         columns,
         ((*row, *default_values) for row in rows),
-        lambda rows_sql: f"INSERT INTO {table} ({names}) {rows_sql}",
+        lambda rows_sql: f"INSERT INTO {table} ({names}) {rows_sql}{suffix}",
+        returning=returning,
     )
 
 
@@ -70,20 +86,27 @@ def _execute(
     columns: Sequence[Field[Any, Any]],
     rows: Iterable[Sequence[Any]],
     statement: Callable[[str], str],
-) -> int:
-    """`statement` around a VALUES list of `rows`, in chunks; the number of rows it changed."""
+    *,
+    returning: bool = False,
+) -> tuple[int, list[Any]]:
+    """`statement` around a VALUES list of `rows`, in chunks: the number of rows it changed,
+    and the first column of what it returned (with `returning`)."""
     rows = list(rows)
     placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
     per_statement = max(1, min(MAX_ROWS_PER_STATEMENT, _max_params() // len(columns)))
     prepare = _Preparer(columns)
-    changed = 0
+    changed, returned = 0, []
     with connection.cursor() as cursor:
         for start in range(0, len(rows), per_statement):
             chunk = rows[start : start + per_statement]
             params = [value for row in chunk for value in prepare(row)]
             cursor.execute(statement("VALUES " + ", ".join([placeholders] * len(chunk))), params)
-            changed += cursor.rowcount
-    return changed
+            if returning:  # fetched first: SQLite counts a RETURNING statement's rows as read
+                returned += [value for (value,) in cursor.fetchall()]
+                changed = len(returned)
+            else:
+                changed += cursor.rowcount
+    return changed, returned
 
 
 class _Preparer:
