@@ -208,6 +208,37 @@ def test_rejects_invalid_label_value_with_its_path():
     assert error.path == "metadata.labels[kueue.x-k8s.io/queue-name]"
 
 
+JOB_WITH = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: j}}
+spec:
+  template:
+    spec:
+      containers:
+        - name: a
+        - name: b
+          env: [{{name: x, value: {value}}}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(".nan", "nan is not a finite number"), ('"a\\u0000b"', "contains a NUL character")],
+)
+def test_a_value_json_cannot_store_is_refused_with_its_path(value, problem):
+    error = rejected(JOB_WITH.format(value=value))
+    assert problem in error.message
+    assert error.path == "spec.template.spec.containers[1].env[0].value"
+
+
+def test_an_alias_past_the_limit_is_refused_with_its_path(settings):
+    settings.ACCELPLANE_MAX_MANIFEST_ALIASES = 1
+    error = rejected(JOB_WITH.format(value="&v one") + "  labels: {a: *v, b.c/d: *v}\n")
+    assert "more than 1 YAML aliases" in error.message
+    assert error.path == "spec.labels[b.c/d]"
+
+
 def test_rejects_non_string_label_values_as_kubernetes_does():
     assert (
         rejected("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, labels: {b: 1}}\n").message

@@ -10,7 +10,7 @@ from typing import Any
 from workloads.manifests import limits
 from workloads.manifests.configuration import CONFIG_VERSIONS, CONFIGURATION_NAME
 from workloads.manifests.errors import ManifestError
-from workloads.manifests.fields import Fields, join, show
+from workloads.manifests.fields import Fields, Location, join, show, spelled
 from workloads.manifests.parsing import objects
 
 _KUEUE_VERSIONS = ("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2")
@@ -146,7 +146,7 @@ def _document(raw: Any, *, source: str, index: int, default_namespace: str | Non
         fields.name(namespace, "metadata.namespace", "label")
     fields.labels(metadata, "labels", "metadata")
     fields.annotations(metadata, "annotations", "metadata")
-    _check_json_compatible(fields, raw, "")
+    _check_json_compatible(fields, raw, None)
     return doc
 
 
@@ -165,36 +165,36 @@ def _check_kind(fields: Fields, api_version: str, kind: str) -> None:
         )
 
 
-def _check_json_compatible(fields: Fields, value: Any, path: str) -> None:
+def _check_json_compatible(fields: Fields, value: Any, at: Location) -> None:
     """The body is stored as JSON: refuse what YAML can say and JSON cannot (e.g. `1: x`),
     and what Python's JSON reads but Kubernetes does not store (NaN, 1e400, 2**64)."""
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise fields.error(
-                    join(path, str(key)), key, f"mapping key {key!r} is not a string"
+                    join(spelled(at), str(key)), key, f"mapping key {key!r} is not a string"
                 )
-            _check_json_compatible(fields, key, join(path, key))
-            _check_json_compatible(fields, item, join(path, key))
+            _check_json_compatible(fields, key, (at, key))
+            _check_json_compatible(fields, item, (at, key))
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _check_json_compatible(fields, item, join(path, i))
+            _check_json_compatible(fields, item, (at, i))
     elif isinstance(value, str):
-        _check_text(fields, value, path)
+        _check_text(fields, value, at)
     elif isinstance(value, float) and not math.isfinite(value):
-        raise fields.error(path, value, f"{value} is not a finite number")
+        raise fields.error(spelled(at), value, f"{value} is not a finite number")
     elif isinstance(value, int) and not limits.INT64_MIN <= value <= limits.INT64_MAX:
-        raise fields.error(path, str(value), "is out of range for a 64-bit integer")
+        raise fields.error(spelled(at), str(value), "is out of range for a 64-bit integer")
     elif not isinstance(value, str | int | float | bool) and value is not None:
-        raise fields.error(path, value, f"{show(value)} cannot be represented in JSON")
+        raise fields.error(spelled(at), value, f"{show(value)} cannot be represented in JSON")
 
 
-def _check_text(fields: Fields, value: str, path: str) -> None:
+def _check_text(fields: Fields, value: str, at: Location) -> None:
     if "\x00" in value:
         # JSON can escape it, but neither Kubernetes nor PostgreSQL stores it.
-        raise fields.error(path, value, "contains a NUL character (\\u0000)")
+        raise fields.error(spelled(at), value, "contains a NUL character (\\u0000)")
     try:
         value.encode()
     except UnicodeEncodeError as error:  # JSON's "\ud800": half a character, not text
         shown = value.encode(errors="backslashreplace").decode()
-        raise fields.error(path, shown, f"is not valid Unicode ({error.reason})") from None
+        raise fields.error(spelled(at), shown, f"is not valid Unicode ({error.reason})") from None

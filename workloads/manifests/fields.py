@@ -49,6 +49,23 @@ def join(base: str, key: str | int) -> str:
     return f"{base}.{key}" if base else key
 
 
+# Where a walk over a document is, as (parent, key) pairs from the root (None): checks that
+# pass everywhere would otherwise spell out every path they visit, and only an error needs one.
+Location = tuple[Any, str | int] | None
+
+
+def spelled(location: Location) -> str:
+    """The `join`ed path of a Location: `spec.template.spec.containers[0]`."""
+    keys: list[str | int] = []
+    while location is not None:
+        location, key = location
+        keys.append(key)
+    path = ""
+    for key in reversed(keys):
+        path = join(path, key)
+    return path
+
+
 def show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

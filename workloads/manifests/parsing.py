@@ -12,7 +12,7 @@ from django.conf import settings
 
 from workloads.manifests import limits
 from workloads.manifests.errors import ManifestError
-from workloads.manifests.fields import join, show
+from workloads.manifests.fields import Location, show, spelled
 
 
 class _TooLarge(yaml.YAMLError):
@@ -36,7 +36,7 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[mi
         self.expanded_bytes = 0
 
     def construct_document(self, node: yaml.Node) -> Any:
-        self.expanded_bytes += _Expansion().measure(node, "", 0)[0]
+        self.expanded_bytes += _Expansion().measure(node, None, 0)[0]
         limit = settings.ACCELPLANE_MAX_EXPANDED_MANIFEST_BYTES
         if self.expanded_bytes > limit:
             raise _TooLarge(
@@ -94,40 +94,40 @@ class _Expansion:
         """id(node) -> (expanded size as JSON text, height)"""
         self.open: set[int] = set()
 
-    def measure(self, node: yaml.Node, path: str, depth: int) -> tuple[int, int]:
+    def measure(self, node: yaml.Node, at: Location, depth: int) -> tuple[int, int]:
         key = id(node)
         if key in self.open:
-            raise _TooLarge("a YAML alias refers to a node that contains it", path or None)
+            raise _TooLarge("a YAML alias refers to a node that contains it", spelled(at) or None)
         if key in self.measured:
             self.aliases += 1
             if self.aliases > self.max_aliases:
                 raise _TooLarge(
-                    f"more than {self.max_aliases} YAML aliases in one document", path or None
+                    f"more than {self.max_aliases} YAML aliases in one document",
+                    spelled(at) or None,
                 )
             size, height = self.measured[key]
         else:
             if depth > self.max_depth:
-                raise _TooLarge(f"nested deeper than {self.max_depth} levels", path or None)
+                raise _TooLarge(f"nested deeper than {self.max_depth} levels", spelled(at) or None)
             self.open.add(key)
             size, height = 2, 0
             if isinstance(node, yaml.ScalarNode):
                 size += len(node.value)
             elif isinstance(node, yaml.SequenceNode):
                 for i, item in enumerate(node.value):
-                    item_size, item_height = self.measure(item, join(path, i), depth + 1)
+                    item_size, item_height = self.measure(item, (at, i), depth + 1)
                     size, height = size + item_size + 1, max(height, item_height + 1)
             else:
                 for key_node, value_node in node.value:
                     name = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
-                    key_size, _ = self.measure(key_node, join(path, str(name)), depth + 1)
-                    item_size, item_height = self.measure(
-                        value_node, join(path, str(name)), depth + 1
-                    )
+                    below = (at, str(name))
+                    key_size, _ = self.measure(key_node, below, depth + 1)
+                    item_size, item_height = self.measure(value_node, below, depth + 1)
                     size, height = size + key_size + item_size + 2, max(height, item_height + 1)
             self.open.discard(key)
             self.measured[key] = (size, height)
         if depth + height > self.max_depth:
-            raise _TooLarge(f"nested deeper than {self.max_depth} levels", path or None)
+            raise _TooLarge(f"nested deeper than {self.max_depth} levels", spelled(at) or None)
         return size, height
 
 
