@@ -7,13 +7,23 @@ POST Jobs (YAML) in a loop, alternating between the two web servers. Prints thro
 latency percentiles and errors, then checks that no ClusterQueue admitted past its quota.
 
     python benchmarks/api_load.py [--clients 16] [--requests 40]
+
+Soak mode (`--minutes M`): the clients submit until M minutes are up, at `--rate` submissions
+a second in all if given, and each deletes its older jobs so that at most `--keep` of them
+exist at once: the database and the admission queue stay bounded, so memory that grows is a
+leak, not data. Every minute it prints the resident memory (RSS) of each of the stack's
+processes, and at the end each one's growth since the first minute's warm-up.
+
+    python benchmarks/api_load.py --clients 4 --minutes 30 [--rate 50] [--keep 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import os
+import re
 import secrets
 import statistics
 import subprocess
@@ -21,7 +31,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import redis
@@ -31,6 +45,7 @@ DATABASE = "accelplane_bench"
 PG = "postgres://postgres@127.0.0.1:5432"
 REDIS_URL = "redis://127.0.0.1:6379/5"
 PORT = 8200
+Plan = TypeVar("Plan")  # what a client is told to do: a number of requests, a Soak
 
 SETUP = """
 from django.utils import timezone
@@ -109,28 +124,264 @@ def wait_until_serving(port: int, timeout: float = 30.0) -> None:
     raise SystemExit(f"the web server on port {port} did not start")
 
 
+def post_job(
+    conn: http.client.HTTPConnection, number: int, index: int, headers: dict[str, str]
+) -> tuple[int, bytes, float]:
+    """Submit client `number`'s job `index`: the status, the body and the seconds it took."""
+    started = time.perf_counter()
+    conn.request("POST", f"/api/v1/workloads?namespace=team-{number}", job(number, index), headers)
+    response = conn.getresponse()
+    body = response.read()
+    return response.status, body, time.perf_counter() - started
+
+
+def connections() -> list[http.client.HTTPConnection]:
+    return [http.client.HTTPConnection("127.0.0.1", PORT + i, timeout=30) for i in (0, 1)]
+
+
 def client(
     number: int, token: str, requests: int, latencies: list[float], errors: list[str]
 ) -> None:
-    connections = [http.client.HTTPConnection("127.0.0.1", PORT + i, timeout=30) for i in (0, 1)]
+    servers = connections()
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/yaml"}
     for index in range(requests):
-        conn = connections[index % 2]
-        started = time.perf_counter()
-        conn.request(
-            "POST", f"/api/v1/workloads?namespace=team-{number}", job(number, index), headers
+        status, _, seconds = post_job(servers[index % 2], number, index, headers)
+        latencies.append(seconds)
+        if status != 201:
+            errors.append(str(status))
+
+
+class Pacer:
+    """Hands out submission times 1/rate apart to all the clients: the total rate holds
+    whatever the number of clients."""
+
+    def __init__(self, rate: float) -> None:
+        self.interval = 1 / rate
+        self.next_slot = time.monotonic()
+        self.lock = threading.Lock()
+
+    def wait(self) -> None:
+        with self.lock:
+            # Slots missed while every client was busy are not made up in a burst later.
+            slot = max(self.next_slot, time.monotonic())
+            self.next_slot = slot + self.interval
+        time.sleep(max(0.0, slot - time.monotonic()))
+
+
+@dataclass(frozen=True)
+class Soak:
+    deadline: float  # time.monotonic()
+    keep: int  # each client's jobs that may exist at once
+    pacer: Pacer | None
+
+
+def soak_client(
+    number: int, token: str, soak: Soak, latencies: list[float], errors: list[str]
+) -> None:
+    """Submit until the deadline, deleting this client's oldest jobs to keep soak.keep.
+    A dropped connection is counted as an error and the soak goes on: it runs for long."""
+    servers = connections()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/yaml"}
+    kept: deque[int] = deque()
+    index = 0
+    while time.monotonic() < soak.deadline:
+        if soak.pacer is not None:
+            soak.pacer.wait()
+        conn = servers[index % 2]
+        index += 1
+        try:
+            # Deleted before the next one is submitted: never more than soak.keep at once.
+            while len(kept) >= soak.keep:
+                delete_job(conn, kept.popleft(), headers, errors)
+            status, body, seconds = post_job(conn, number, index, headers)
+            latencies.append(seconds)
+            if status != 201:
+                errors.append(str(status))
+                continue
+            kept.append(json.loads(body)["objects"][0]["id"])
+        except (OSError, http.client.HTTPException) as error:
+            conn.close()  # the next request opens it again
+            errors.append(type(error).__name__)
+
+
+def delete_job(
+    conn: http.client.HTTPConnection, pk: int, headers: dict[str, str], errors: list[str]
+) -> None:
+    conn.request("DELETE", f"/api/v1/workloads/{pk}", headers=headers)
+    response = conn.getresponse()
+    response.read()
+    if response.status != 204:
+        errors.append(f"DELETE {response.status}")
+
+
+# Resident memory of the stack's processes, read from /proc (Linux; no psutil here).
+Sample = dict[str, tuple[int, int]]  # process name: (pid, VmRSS in kB)
+ROLE_ORDER = ("web-0", "web-1", "worker-0", "worker-1", "watcher", "beat")
+
+
+def parent_pids() -> dict[int, int]:
+    parents = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:  # exited since the listing
+            continue
+        # The command name in parentheses may hold spaces: the fields follow its last ")".
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def command_line(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
+def role(cmdline: list[str]) -> str | None:
+    """The process's part in controlplane.run's stack, from the command line it gave it."""
+    if "daphne" in cmdline and "-p" in cmdline:
+        return f"web-{int(cmdline[cmdline.index('-p') + 1]) - PORT}"
+    if "beat" in cmdline:
+        return "beat"
+    if "--hostname" in cmdline:  # worker0@%h, watcher@%h
+        node = cmdline[cmdline.index("--hostname") + 1].split("@")[0]
+        return re.sub(r"(\d+)$", r"-\1", node)
+    return None
+
+
+def rss_kb(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+    return int(found[1]) if found else None  # a zombie has none
+
+
+def stack_processes(root: int) -> dict[str, int]:
+    """The names and pids of root's descendants: the stack's processes by their role, and
+    their own children (a Celery pool's) after them, as worker-0.child-1..."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in sorted(parent_pids().items()):
+        children.setdefault(parent, []).append(pid)
+    named = {}
+    pending = [(pid, role(command_line(pid)) or f"pid-{pid}") for pid in children.get(root, [])]
+    while pending:
+        pid, name = pending.pop()
+        named[name] = pid
+        pending += [(c, f"{name}.child-{i}") for i, c in enumerate(children.get(pid, []), 1)]
+    return named
+
+
+def sample_memory(root: int) -> Sample:
+    sample = {}
+    for name, pid in stack_processes(root).items():
+        kb = rss_kb(pid)
+        if kb is not None:
+            sample[name] = (pid, kb)
+    return sample
+
+
+def in_order(names: set[str]) -> list[str]:
+    """The stack's roles in run.py's order, each followed by its children; others last."""
+
+    def key(name: str) -> tuple[int, str]:
+        base = name.split(".")[0]
+        return (ROLE_ORDER.index(base) if base in ROLE_ORDER else len(ROLE_ORDER), name)
+
+    return sorted(names, key=key)
+
+
+class Progress:
+    """Prints a line per memory sample: the submissions so far, their rate since the last
+    line, the errors so far and each process's RSS."""
+
+    def __init__(self, latencies: list[float], errors: list[str]) -> None:
+        self.latencies = latencies
+        self.errors = errors
+        self.count = 0
+        self.at = time.monotonic()
+
+    def report(self, label: str, sample: Sample) -> None:
+        count, at = len(self.latencies), time.monotonic()
+        per_second = (count - self.count) / (at - self.at)
+        self.count, self.at = count, at
+        rss = ", ".join(f"{name} {sample[name][1] / 1024:.1f}" for name in in_order(set(sample)))
+        print(
+            f"{label}: {count} submissions, {per_second:.1f}/s, errors {len(self.errors)}; "
+            f"RSS MB: {rss}",
+            flush=True,
         )
-        response = conn.getresponse()
-        response.read()
-        latencies.append(time.perf_counter() - started)
-        if response.status != 201:
-            errors.append(str(response.status))
+
+
+def memory_summary(start: Sample, end: Sample, start_label: str) -> None:
+    for name in in_order(set(start) | set(end)):
+        if name not in start or name not in end:
+            print(f"memory {name}: not running at both {start_label} and the end")
+            continue
+        (first_pid, first), (last_pid, last) = start[name], end[name]
+        restarted = " (restarted since: not comparable)" if first_pid != last_pid else ""
+        print(
+            f"memory {name}: {first / 1024:.1f} MB at {start_label}, {last / 1024:.1f} MB at "
+            f"the end: {(last - first) / 1024:+.1f} MB ({(last - first) / first:+.1%}){restarted}"
+        )
+
+
+def run_clients(
+    target: Callable[[int, str, Plan, list[float], list[str]], None],
+    tokens: list[str],
+    plan: Plan,
+    latencies: list[float],
+    errors: list[str],
+) -> list[threading.Thread]:
+    threads = [
+        threading.Thread(target=target, args=(i, token, plan, latencies, errors))
+        for i, token in enumerate(tokens)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def soak(
+    args: argparse.Namespace,
+    tokens: list[str],
+    stack_pid: int,
+    latencies: list[float],
+    errors: list[str],
+) -> None:
+    """Run the clients for args.minutes, printing the stack's memory every minute."""
+    started = time.monotonic()
+    plan = Soak(started + args.minutes * 60, args.keep, Pacer(args.rate) if args.rate else None)
+    progress = Progress(latencies, errors)
+    samples = [sample_memory(stack_pid)]
+    progress.report("minute 0", samples[0])
+    threads = run_clients(soak_client, tokens, plan, latencies, errors)
+    for minute in range(1, args.minutes):
+        time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
+        samples.append(sample_memory(stack_pid))
+        progress.report(f"minute {minute}", samples[-1])
+    for thread in threads:
+        thread.join()
+    samples.append(sample_memory(stack_pid))
+    progress.report(f"minute {args.minutes} (end)", samples[-1])
+    # The first minute warms up (imports, connections, caches): growth counts from its end.
+    if len(samples) > 2:
+        memory_summary(samples[1], samples[-1], "minute 1")
+    else:
+        memory_summary(samples[0], samples[-1], "the start")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--requests", type=int, default=40, help="per client")
+    parser.add_argument("--minutes", type=int, help="soak: submit for this long instead")
+    parser.add_argument("--rate", type=float, help="soak: submissions a second in all")
+    parser.add_argument("--keep", type=int, default=20, help="soak: jobs a client keeps")
     args = parser.parse_args()
     fresh_stores()
     env = {
@@ -165,15 +416,12 @@ def main() -> None:
             wait_until_serving(port)
         latencies: list[float] = []
         errors: list[str] = []
-        threads = [
-            threading.Thread(target=client, args=(i, tokens[i], args.requests, latencies, errors))
-            for i in range(args.clients)
-        ]
         started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        if args.minutes is None:
+            for thread in run_clients(client, tokens, args.requests, latencies, errors):
+                thread.join()
+        else:
+            soak(args, tokens, stack.pid, latencies, errors)
         seconds = time.perf_counter() - started
     finally:
         stack.terminate()
