@@ -375,6 +375,45 @@ def soak(
         memory_summary(samples[0], samples[-1], "the start")
 
 
+# events.services.EVENTS_LOCK as pg_locks shows a one-bigint advisory lock: its low 32 bits.
+EVENTS_LOCK_OBJID = 0x4556_4E54
+LOCK_WAITERS = """
+SELECT count(*) FILTER (WHERE objid = %s), count(*)
+FROM pg_locks WHERE NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = %s)
+"""
+
+
+class LockSampler(threading.Thread):
+    """How often a transaction waits for the event log's lock (issue 15 item 3 asks whether
+    it is a bottleneck), and for any lock at all: pg_locks every 10 ms while clients run."""
+
+    def __init__(self) -> None:
+        super().__init__(name="lock-sampler", daemon=True)
+        self.running = threading.Event()
+        self.running.set()
+        self.samples = self.event_lock = self.any_lock = 0
+
+    def run(self) -> None:
+        with psycopg.connect(f"{PG}/{DATABASE}", autocommit=True) as conn:
+            while self.running.is_set():
+                row = conn.execute(LOCK_WAITERS, [EVENTS_LOCK_OBJID, DATABASE]).fetchone()
+                event_lock, any_lock = row if row else (0, 0)
+                self.samples += 1
+                self.event_lock += event_lock > 0
+                self.any_lock += any_lock > 0
+                time.sleep(0.01)
+
+    def stop(self) -> str:
+        self.running.clear()
+        self.join()
+        share = 100 / max(1, self.samples)
+        return (
+            f"lock waits: a writer waited for the event log's lock in "
+            f"{self.event_lock * share:.1f}% of {self.samples} samples, for any lock in "
+            f"{self.any_lock * share:.1f}%"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=16)
@@ -416,6 +455,8 @@ def main() -> None:
             wait_until_serving(port)
         latencies: list[float] = []
         errors: list[str] = []
+        sampler = LockSampler()
+        sampler.start()
         started = time.perf_counter()
         if args.minutes is None:
             for thread in run_clients(client, tokens, args.requests, latencies, errors):
@@ -423,6 +464,7 @@ def main() -> None:
         else:
             soak(args, tokens, stack.pid, latencies, errors)
         seconds = time.perf_counter() - started
+        lock_waits = sampler.stop()
     finally:
         stack.terminate()
         stack.wait(timeout=30)
@@ -441,6 +483,7 @@ def main() -> None:
         capture_output=True,
         text=True,
     )
+    print(lock_waits)  # noqa: T201
     print(check.stdout.strip() or check.stderr.strip())  # noqa: T201
 
 

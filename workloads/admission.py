@@ -21,7 +21,7 @@ import scheduler
 from clusters.models import Cluster
 from controlplane import bulk
 from events.models import Event
-from events.services import record_events
+from events.services import deferred_events, record_events
 from workloads import admission_cache, checkpoints, fairsharing, pods, runtime
 from workloads.history import admitted_events, preempted_event_row, workload_event_row
 from workloads.models import KubeObject, Workload
@@ -85,8 +85,9 @@ def _anything_pending(cluster: Cluster) -> bool:
 def _simulate_round(cluster: Cluster, now: datetime, *, first: bool) -> bool:
     """The simulated cluster's round under the admission lock: two workers settling one
     cluster would otherwise both stop the same evicted workload, and a checkpoint (which locks
-    its owner) could interleave with a preemption (which updates it) and deadlock."""
-    with transaction.atomic():
+    its owner) could interleave with a preemption (which updates it) and deadlock. Its events
+    are inserted last, so the event log's lock is not held while the round goes on."""
+    with transaction.atomic(), deferred_events():
         lock_admission(cluster)
         return runtime.simulate_round(cluster, now, first=first)
 
@@ -124,7 +125,7 @@ def admit_pending(
 
     Only the first `heads_per_queue` pending workloads of each LocalQueue are considered.
     """
-    with transaction.atomic():
+    with transaction.atomic(), deferred_events():
         lock_admission(cluster)
         fairsharing.sample(cluster, now)
         rows = admission_cache.active_rows if settings.ADMISSION_CACHE else query_active_rows

@@ -731,7 +731,7 @@ def scale(
     """`kubectl scale` for Deployments and LeaderWorkerSets."""
     _refuse_foreign(obj)
     body = manifests.scale(_as_document(obj, obj.manifest), replicas)
-    with transaction.atomic(), live.pod_changes(obj.cluster, now):
+    with transaction.atomic(), deferred_events(), live.pod_changes(obj.cluster, now):
         live.touch([obj.pk])  # pods removed by a scale-down: reported as they go
         _scale_to(obj, replicas, now, body, _Lookups(obj.cluster, []))
         with _on_cluster(obj.cluster) as api:
@@ -804,7 +804,10 @@ def _remove_workloads(obj: KubeObject, now: datetime) -> None:
 def delete(obj: KubeObject, now: datetime, *, admit: Admit = Admit.AS_CONFIGURED) -> None:
     _refuse_foreign(obj)
     cluster = obj.cluster
-    with transaction.atomic():
+    # Its events go in last: recorded first, they held the event log's lock while the
+    # deletion waited for the workloads' rows (a worker admitting them: a deadlock) and for
+    # the cluster's API server.
+    with transaction.atomic(), deferred_events():
         held = live.released(obj)
         _remove_workloads(obj, now)
         object_event("object.deleted", obj, now, message=f"{obj.key} deleted", **held)
@@ -821,7 +824,7 @@ def end(
 ) -> None:
     """The object's workloads finish (or fail) now, whatever their progress."""
     phase = Workload.Phase.FAILED if failed else Workload.Phase.FINISHED
-    with transaction.atomic():
+    with transaction.atomic(), deferred_events():
         rows = list(
             obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES).select_related(
                 "owner", "cluster"
@@ -847,7 +850,7 @@ def delete_queue_object(
 ) -> None:
     """Delete a Kueue object, unless something still needs it (Kueue's finalizers, in effect).
     Admission then runs at `now` as `admit` says."""
-    with transaction.atomic():
+    with transaction.atomic(), deferred_events():
         row = _locked_queue_object(cluster, kind, name, namespace)
         refuse_unadopted(row)
         problem = _still_needed(cluster, row)
