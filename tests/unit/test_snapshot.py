@@ -7,7 +7,7 @@ import pytest
 import scheduler as s
 from tests.support import NAMESPACE, at, deployment, job
 from workloads import services, snapshot
-from workloads.models import Workload
+from workloads.models import KubeObject, Workload
 
 # AdmissionChecks, ClusterQueues, Cohorts, ResourceFlavors, LocalQueues, Workloads, the
 # Configuration (no TAS flavor, so no Topologies, Nodes or bound Pods).
@@ -63,3 +63,24 @@ def test_load_passes_fair_sharing_weights_and_fungibility_preference(cluster):
     assert fair.flavor_fungibility.preference is s.FungibilityPreference.PREEMPTION_OVER_BORROWING
     assert loaded.cluster_queues["plain"].fair_weight == 1.0
     assert loaded.cluster_queues["plain"].flavor_fungibility.preference is None
+
+
+def test_conversions_are_reused_and_kept_only_for_the_last_run(gpu_queues):
+    """Workloads that did not change are converted once, and what is kept between runs is
+    the last run's active workloads: a worker's memory follows them, not every row it saw."""
+    services.apply(gpu_queues, job("stays", pods=1), source="a.yaml", now=at(), namespace=NAMESPACE)
+    first = {w.key: w for w in snapshot.load(gpu_queues).snapshot.workloads}
+    for i in range(20):  # submitted, then deleted: never active in a later run
+        name = f"gone-{i}"
+        services.apply(
+            gpu_queues, job(name, pods=1), source="b.yaml", now=at(i), namespace=NAMESPACE
+        )
+        snapshot.load(gpu_queues)
+        services.delete(KubeObject.objects.get(name=name), at(i))
+
+    last = {w.key: w for w in snapshot.load(gpu_queues).snapshot.workloads}
+
+    (stays,) = first
+    assert last.keys() == {stays}
+    assert last[stays] is first[stays]
+    assert len(snapshot._converted[gpu_queues.pk]) == 1
