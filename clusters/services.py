@@ -25,7 +25,7 @@ from clusters.providers.base import (
     Operation,
 )
 from events.audit import json_time, record_audit
-from events.services import record_event
+from events.services import deferred_events, record_event
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -53,7 +53,8 @@ def _started(
     task: Task[Any, Any], pk: int, kind: str, cluster: str, key: str, message: str, **data: int
 ) -> None:
     """The event saying a provider operation started on object `key`, and the task that
-    drives it, queued once the caller's transaction commits."""
+    drives it, queued once the caller's transaction commits. Callers record their events
+    within `deferred_events()`: the event log's lock is then the last one they take."""
     record_event(kind, at=timezone.now(), cluster=cluster, object_key=key, message=message, **data)
     transaction.on_commit(lambda: task.delay(pk))
 
@@ -143,7 +144,7 @@ def create_cluster(
     """
     from clusters import tasks
 
-    with transaction.atomic():
+    with transaction.atomic(), deferred_events():
         cluster = Cluster.objects.create(
             name=name, provider=provider, project=project, location=location, **gke_settings
         )
@@ -171,7 +172,7 @@ def create_node_pool(
     """
     from clusters import tasks
 
-    with transaction.atomic():
+    with transaction.atomic(), deferred_events():
         pool = _new_pool(
             cluster, name, machine_type, node_count, tpu_topology, block, **gke_settings
         )
@@ -236,7 +237,8 @@ def import_cluster(
         raise ImportRefused(
             "name", f"{'; '.join(waiting)} in GKE: import it once GKE is done with it"
         )
-    with transaction.atomic():
+    # Deferred: the pools' rows are written after the cluster's audit event.
+    with transaction.atomic(), deferred_events():
         cluster = Cluster.objects.create(
             name=name,
             provider=Cluster.Provider.GKE,
@@ -359,7 +361,7 @@ def _start_pool_operation(
 ) -> NodePool:
     from clusters import tasks
 
-    with transaction.atomic():
+    with transaction.atomic(), deferred_events():
         locked = _begin(NodePool.objects.select_related("cluster"), pool.pk, status, **changes)
         before = audited_pool(locked)
         kind = f"node_pool.{status.lower()}"
@@ -378,7 +380,7 @@ def delete_cluster(cluster: Cluster, *, actor: User | None = None) -> Cluster:
     row goes, and with it everything Accelplane kept of it (the event log stays)."""
     from clusters import tasks
 
-    with transaction.atomic():
+    with transaction.atomic(), deferred_events():
         locked = _begin(Cluster.objects.all(), cluster.pk, Cluster.Status.DELETING)
         before = audited_cluster(locked)
         message = f"deleting cluster {locked.name}"
@@ -399,7 +401,7 @@ def forget_cluster(cluster: Cluster, *, actor: User | None = None) -> None:
     """Forget an imported cluster at once, and everything Accelplane kept of it but the event
     log; GKE is not called: the cluster stays there as it is."""
     key = f"Cluster/{cluster.name}"
-    with transaction.atomic():
+    with transaction.atomic(), deferred_events():
         before = audited_cluster(_locked_idle(Cluster.objects.all(), cluster.pk))
         Cluster.objects.filter(pk=cluster.pk).delete()
         _forgotten("cluster", cluster.name, key, actor, before)
@@ -408,7 +410,7 @@ def forget_cluster(cluster: Cluster, *, actor: User | None = None) -> None:
 def forget_node_pool(pool: NodePool, *, actor: User | None = None) -> None:
     """Forget an imported pool and its nodes' rows; it stays in GKE as it is."""
     key = f"NodePool/{pool.cluster.name}/{pool.name}"
-    with transaction.atomic():
+    with transaction.atomic(), deferred_events():
         before = audited_pool(_locked_idle(NodePool.objects.select_related("cluster"), pool.pk))
         NodePool.objects.filter(pk=pool.pk).delete()
         _forgotten("node_pool", pool.cluster.name, key, actor, before)
@@ -653,6 +655,9 @@ def _start_operation(provider: Provider, pool: NodePool) -> Operation:
 def _finish_pool_operation(pool: NodePool, templates: list[catalog.NodeTemplate]) -> None:
     """A resize leaves the pool with the templates' nodes; a delete removes it. Pods on the
     nodes that go are pending again (Pod.node's on_delete), as Kubernetes reschedules them."""
+    # Not deferred: report_nodes reads the nodes and the last `node.changed` under the event
+    # log's lock that the event before it takes, so concurrent reports on one cluster never
+    # miss each other's nodes; and nothing after that lock waits on another.
     with transaction.atomic():
         if not NodePool.objects.filter(pk=pool.pk, status=pool.status).exists():
             return  # another worker finished it
@@ -682,6 +687,7 @@ def _finish_pool_operation(pool: NodePool, templates: list[catalog.NodeTemplate]
 def _create_nodes(
     pool: NodePool, templates: list[catalog.NodeTemplate], at: datetime | None = None
 ) -> None:
+    # Not deferred, as in _finish_pool_operation: report_nodes reads under the event lock.
     with transaction.atomic():
         if not NodePool.objects.filter(pk=pool.pk, status=NodePool.Status.PROVISIONING).update(
             status=NodePool.Status.RUNNING, status_message=""

@@ -26,7 +26,7 @@ from django.db.models import F
 
 from clusters.models import Cluster
 from events.models import Event
-from events.services import record_events
+from events.services import deferred_events, record_events
 from workloads import runtime
 from workloads.checkpoints import latest_step
 from workloads.history import admitted_events, preempted_event_row, workload_event_row
@@ -294,7 +294,8 @@ def ingest_job(cluster: Cluster, obj: Mapping[str, Any], now: datetime) -> int:
     )
     if ended is None:
         return 0
-    with transaction.atomic():
+    # Deferred: runtime.finish unparks the cluster's workloads (row locks) after its events.
+    with transaction.atomic(), deferred_events():
         rows = list(
             Workload.objects.select_for_update(no_key=True, of=("self",))
             .filter(
