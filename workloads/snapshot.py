@@ -265,8 +265,7 @@ def query_active_rows(cluster: Cluster, heads_per_queue: int) -> list[WorkloadRo
 
 # Each cluster's conversions of its last run. The admission cache hands over the same rows
 # run after run, so each is converted once; keeping only the last run's keeps this as large
-# as the clusters' active workloads (an LRU of every row seen grew a worker by ~2 MB a minute
-# over an api_load soak).
+# as the clusters' active workloads, where an LRU kept every row seen, up to its size.
 _converted: dict[int, dict[tuple[WorkloadRow, str | None], s.Workload]] = {}
 
 
