@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, ClassVar, TypeVar
 
 from django.contrib.auth.models import User
+from django.db.models import Model
 from django.utils import timezone
 from rest_framework import serializers
 
@@ -25,8 +27,25 @@ from workloads.kube import connection
 from workloads.models import Checkpoint, KubeObject, Workload
 from workloads.status import object_phase
 
+_Model = TypeVar("_Model", bound=Model)
 
-class KueueWorkloadSerializer(serializers.ModelSerializer[Workload]):
+
+# A ModelSerializer whose fields are worked out from the model once per class, not on every
+# instantiation (DRF's field mapping costs more than rendering an object or two). Each instance
+# gets its own copies, as DRF gives it its own copies of declared fields. Only for serializers
+# whose fields depend on the class alone, not on the instance or its context. (A comment, not a
+# docstring: the OpenAPI schema would show a docstring as its subclasses' description.)
+class FieldsBuiltOnceSerializer(serializers.ModelSerializer[_Model]):
+    _fields_built: ClassVar[dict[str, serializers.Field[Any, Any, Any, Any]]]
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        cls = type(self)
+        if "_fields_built" not in cls.__dict__:  # this class's own: a subclass builds anew
+            cls._fields_built = super().get_fields()
+        return copy.deepcopy(cls._fields_built)
+
+
+class KueueWorkloadSerializer(FieldsBuiltOnceSerializer[Workload]):
     conditions = serializers.ListField(child=serializers.DictField(), read_only=True)
     flavors = serializers.SerializerMethodField()
     admitted_pods = serializers.SerializerMethodField()
@@ -69,7 +88,7 @@ class KueueWorkloadSerializer(serializers.ModelSerializer[Workload]):
         return {a["name"]: a["count"] for a in row.assignments}
 
 
-class WorkloadObjectSerializer(serializers.ModelSerializer[KubeObject]):
+class WorkloadObjectSerializer(FieldsBuiltOnceSerializer[KubeObject]):
     """A submitted object (Job, Deployment, JobSet, LeaderWorkerSet) and its Kueue workloads."""
 
     cluster = serializers.CharField(source="cluster.name", read_only=True)

@@ -166,10 +166,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
-    # Shared by every web process: rate limits hold across them.
-    CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
-    }
+    # Shared by every web process: rate limits hold across them. Django's Redis backend, with
+    # its redis-py clients reused (controlplane/cache.py says why).
+    CACHES = {"default": {"BACKEND": "controlplane.cache.RedisCache", "LOCATION": REDIS_URL}}
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
