@@ -95,9 +95,13 @@ def pod_counts(
     """Per owner: its pods, those bound to a node, running (ready on a node, as the pages
     count them) and ready, the GPUs and TPU chips its bound pods request; `workload` names
     its Kueue workload when its pods have one only."""
-    rows = Pod.objects.filter(cluster=cluster)
-    if owner_ids is not None:
-        rows = rows.filter(owner_id__in=list(owner_ids))
+    if owner_ids is None:
+        rows = Pod.objects.filter(cluster=cluster)
+    else:
+        # The owners' pods alone, by the owner index. The owners are the cluster's, and so
+        # are their pods: filtering by cluster too would lead SQLite to walk every pod the
+        # cluster ever had, finished jobs' included.
+        rows = Pod.objects.filter(owner_id__in=list(owner_ids))
     on_node = Q(node__isnull=False, phase__in=HOLDING_NODE)
     counted = (
         rows.order_by()
@@ -237,12 +241,22 @@ def report_progress(
     the last ACCELPLANE_PROGRESS_EVENT_SECONDS."""
     if not rows:
         return
-    window = timedelta(seconds=settings.ACCELPLANE_PROGRESS_EVENT_SECONDS)
-    recent = set(
-        Event.objects.filter(cluster=cluster.name, kind=PROGRESS, at__gt=now - window).values_list(
-            "namespace", "workload_name"
+    since = now - timedelta(seconds=settings.ACCELPLANE_PROGRESS_EVENT_SECONDS)
+    # Only these rows' owners' events (`event_object_idx`; a row's progress events name its
+    # owner): every job that ever trained on the cluster has progress events of this kind.
+    keys = sorted({row.owner.key for row in rows})
+    recent: set[tuple[str, str]] = set()
+    for start in range(0, len(keys), CHUNK):
+        recent.update(
+            Event.objects.filter(
+                cluster=cluster.name,
+                kind=PROGRESS,
+                object_key__in=keys[start : start + CHUNK],
+                at__gt=since,
+            )
+            .order_by()
+            .values_list("namespace", "workload_name")
         )
-    )
     due = [r for r in rows if r.pk in saved or (r.namespace, r.name) not in recent]
     if not due:
         return
