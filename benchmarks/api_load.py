@@ -242,8 +242,9 @@ def command_line(pid: int) -> list[str]:
 
 def role(cmdline: list[str]) -> str | None:
     """The process's part in controlplane.run's stack, from the command line it gave it."""
-    if "daphne" in cmdline and "-p" in cmdline:
-        return f"web-{int(cmdline[cmdline.index('-p') + 1]) - PORT}"
+    for server, port_option in (("daphne", "-p"), ("uvicorn", "--port")):  # run.web_command
+        if server in cmdline and port_option in cmdline:
+            return f"web-{int(cmdline[cmdline.index(port_option) + 1]) - PORT}"
     if "beat" in cmdline:
         return "beat"
     if "--hostname" in cmdline:  # worker0@%h, watcher@%h

@@ -144,7 +144,7 @@ class EmbeddedStack:
 
 def process_name(cmdline: bytes) -> str:
     args = cmdline.decode().split("\0")
-    if "daphne" in args:
+    if "daphne" in args or "uvicorn" in args:  # controlplane.run.web_command
         return "web"
     if "beat" in args:
         return "beat"

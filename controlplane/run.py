@@ -5,6 +5,9 @@ on Ctrl-C or SIGTERM. A process that exits on its own is logged and started agai
 PORT+1) and two workers beside the watcher and beat, on the PostgreSQL and Redis that
 DATABASE_URL and REDIS_URL name. The watcher is a thread-pool worker of the `watch` queue:
 the long watch sessions of real clusters' apiservers.
+
+ACCELPLANE_WEB_SERVER picks the ASGI server of the web processes: daphne (the default) or
+uvicorn, serving the same application (HTTP and Channels' WebSockets).
 """
 
 from __future__ import annotations
@@ -25,11 +28,42 @@ VAR_DIR = os.environ.get("ACCELPLANE_VAR_DIR", "var")
 STABLE_SECONDS = 60
 MAX_QUICK_CRASHES = 5
 MAX_BACKOFF_SECONDS = 30
+WEB_SERVER_VARIABLE = "ACCELPLANE_WEB_SERVER"
+WEB_SERVERS = ("daphne", "uvicorn")
+DEFAULT_WEB_SERVER = "daphne"
+ASGI_APPLICATION = "controlplane.asgi:application"
 
 log = logging.getLogger("controlplane.run")
 
 
-def commands(webs: int, workers: int) -> dict[str, list[str]]:
+def web_server() -> str:
+    """The web server ACCELPLANE_WEB_SERVER names; ValueError, naming the choices, if none."""
+    server = os.environ.get(WEB_SERVER_VARIABLE) or DEFAULT_WEB_SERVER  # set but empty: unset
+    if server not in WEB_SERVERS:
+        raise ValueError(
+            f"{WEB_SERVER_VARIABLE}={server!r} is not a web server: use one of "
+            f"{', '.join(WEB_SERVERS)}"
+        )
+    return server
+
+
+def web_command(server: str, port: str) -> list[str]:
+    python = sys.executable
+    if server == "daphne":
+        return [python, "-m", "daphne", "-b", HOST, "-p", port, ASGI_APPLICATION]
+    # As daphne is started above: X-Forwarded-* not trusted (uvicorn trusts them from
+    # 127.0.0.1 by default), no lifespan events (Channels' router refuses them), idle
+    # keep-alive connections closed after 60 s (Twisted's timeout; uvicorn's is 5 s). The
+    # access log stays on, on stdout, as daphne's. [standard] gives uvloop and httptools,
+    # which uvicorn picks by itself.
+    return [
+        *(python, "-m", "uvicorn", "--host", HOST, "--port", port),
+        *("--no-proxy-headers", "--lifespan", "off", "--timeout-keep-alive", "60"),
+        ASGI_APPLICATION,
+    ]
+
+
+def commands(webs: int, workers: int, server: str = DEFAULT_WEB_SERVER) -> dict[str, list[str]]:
     python = sys.executable
     celery_worker = [
         python,
@@ -48,19 +82,7 @@ def commands(webs: int, workers: int) -> dict[str, list[str]]:
     watcher = [*celery_worker, "--queues=watch", "--pool=threads"]
     ports = [str(int(PORT) + i) for i in range(webs)]
     return {
-        **{
-            f"web-{port}": [
-                python,
-                "-m",
-                "daphne",
-                "-b",
-                HOST,
-                "-p",
-                port,
-                "controlplane.asgi:application",
-            ]
-            for port in ports
-        },
+        **{f"web-{port}": web_command(server, port) for port in ports},
         **{f"worker-{i}": [*worker, "--hostname", f"worker{i}@%h"] for i in range(workers)},
         "watcher": [*watcher, "--hostname", "watcher@%h"],
         "beat": [
@@ -143,10 +165,16 @@ def main() -> int:
     stack = "--stack" in sys.argv[1:]
     if stack and not stack_environment():
         return 2
+    try:
+        server = web_server()
+    except ValueError as error:
+        print(error, file=sys.stderr)  # noqa: T201
+        return 2
     logging.basicConfig(format="%(asctime)s %(levelname)s run: %(message)s", level=logging.INFO)
     # A SIGTERM (docker stop, a supervisor) stops the children too, via the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    children = [Child(name, cmd) for name, cmd in commands(*((2, 2) if stack else (1, 1))).items()]
+    webs_and_workers = (2, 2) if stack else (1, 1)
+    children = [Child(name, cmd) for name, cmd in commands(*webs_and_workers, server).items()]
     webs = ", ".join(
         f"http://{HOST}:{c.name.removeprefix('web-')}/"
         for c in children
