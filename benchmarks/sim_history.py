@@ -22,7 +22,6 @@ and drops it at the end.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import secrets
 import sys
@@ -33,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 _parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 _parser.add_argument("--running", type=int, default=20, help="R: running training Jobs")
@@ -62,12 +61,10 @@ from django.db import connection, transaction  # noqa: E402
 
 from clusters import services as cluster_services  # noqa: E402
 from clusters.models import Cluster  # noqa: E402
-from events.models import Event  # noqa: E402
-from tests.support import GPU_QUEUES, T0, job  # noqa: E402
+from tests.support import GPU_QUEUES, T0, copy_finished_job, job  # noqa: E402
 from workloads import admission, services  # noqa: E402
-from workloads.models import Checkpoint, KubeObject, Pod, Workload  # noqa: E402
+from workloads.models import KubeObject, Workload  # noqa: E402
 
-Row = TypeVar("Row")
 STEP = timedelta(seconds=5)
 TARGET_GROWTH = 1.10  # a round with history at most 10 % slower than without (noise)
 WORK = {"sqlite": "k SQLite instructions", "postgresql": "pages read"}
@@ -213,54 +210,16 @@ def add_history(cluster: Cluster, count: int, now: datetime) -> datetime:
     owner = KubeObject.objects.get(cluster=cluster, name="done")
     workload = owner.workloads.get()
     assert workload.phase == Workload.Phase.FINISHED
-    copy_rows(cluster, owner, workload, count)
+    copy_rows(owner, count)
     return end
 
 
-def copy_rows(cluster: Cluster, owner: KubeObject, workload: Workload, count: int) -> None:
-    """`count` copies of a finished Job: its owner, workload, pods, checkpoints and events."""
-    pods = list(Pod.objects.filter(workload=workload))
-    checkpoints = list(Checkpoint.objects.filter(owner=owner))
-    events = list(Event.objects.filter(cluster=cluster.name, object_key=owner.key))
+def copy_rows(owner: KubeObject, count: int) -> None:
+    """`count` copies of a finished Job, a thousand a transaction."""
     batch = 1000
     for start in range(0, count, batch):
-        numbers = range(start, min(count, start + batch))
         with transaction.atomic():
-            owners = KubeObject.objects.bulk_create(
-                [_copy(owner, name=f"{owner.name}-{i}") for i in numbers]
-            )
-            workloads = Workload.objects.bulk_create(
-                [
-                    _copy(workload, name=f"{workload.name}-{i}", owner_id=o.pk)
-                    for i, o in zip(numbers, owners, strict=True)
-                ]
-            )
-            Pod.objects.bulk_create(
-                _copy(pod, name=f"{pod.name}-{i}", owner_id=o.pk, workload_id=w.pk)
-                for i, o, w in zip(numbers, owners, workloads, strict=True)
-                for pod in pods
-            )
-            Checkpoint.objects.bulk_create(
-                _copy(c, owner_id=o.pk, workload_id=w.pk)
-                for o, w in zip(owners, workloads, strict=True)
-                for c in checkpoints
-            )
-            Event.objects.bulk_create(
-                _copy(e, object_key=o.key, workload_name=w.name if e.workload_name else "")
-                for o, w in zip(owners, workloads, strict=True)
-                for e in events
-            )
-
-
-def _copy(row: Row, **changes: object) -> Row:
-    """An unsaved copy of `row` with `changes`."""
-    new = copy.copy(row)
-    new.pk = None  # type: ignore[attr-defined]
-    new._state = copy.copy(row._state)  # type: ignore[attr-defined]
-    new._state.adding = True  # type: ignore[attr-defined]
-    for field, value in changes.items():
-        setattr(new, field, value)
-    return new
+            copy_finished_job(owner, range(start, min(count, start + batch)))
 
 
 if __name__ == "__main__":

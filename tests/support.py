@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import yaml
 from django.apps import apps
 
-from workloads.models import AdmissionCacheOwner, WorkloadChange
+from events.models import Event
+from workloads.models import (
+    AdmissionCacheOwner,
+    Checkpoint,
+    KubeObject,
+    Pod,
+    Workload,
+    WorkloadChange,
+)
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 NAMESPACE = "llm"
@@ -228,3 +238,50 @@ def service_account_key() -> dict:
         "client_email": "deployer@acme-ml.iam.gserviceaccount.com",
         "token_uri": "https://oauth2.googleapis.com/token",
     }
+
+
+Row = TypeVar("Row")
+
+
+def copy_finished_job(owner: KubeObject, numbers: range) -> None:
+    """History in bulk: a copy of a finished Job (its owner, workload, pods, checkpoints and
+    events) for each of `numbers`, named after it."""
+    workload = owner.workloads.get()
+    pods = list(Pod.objects.filter(workload=workload))
+    checkpoints = list(Checkpoint.objects.filter(owner=owner))
+    events = list(Event.objects.filter(cluster=owner.cluster.name, object_key=owner.key))
+    owners = KubeObject.objects.bulk_create(
+        [_copy(owner, name=f"{owner.name}-{i}") for i in numbers]
+    )
+    workloads = Workload.objects.bulk_create(
+        [
+            _copy(workload, name=f"{workload.name}-{i}", owner_id=o.pk)
+            for i, o in zip(numbers, owners, strict=True)
+        ]
+    )
+    Pod.objects.bulk_create(
+        _copy(pod, name=f"{pod.name}-{i}", owner_id=o.pk, workload_id=w.pk)
+        for i, o, w in zip(numbers, owners, workloads, strict=True)
+        for pod in pods
+    )
+    Checkpoint.objects.bulk_create(
+        _copy(c, owner_id=o.pk, workload_id=w.pk)
+        for o, w in zip(owners, workloads, strict=True)
+        for c in checkpoints
+    )
+    Event.objects.bulk_create(
+        _copy(e, object_key=o.key, workload_name=w.name if e.workload_name else "")
+        for o, w in zip(owners, workloads, strict=True)
+        for e in events
+    )
+
+
+def _copy(row: Row, **changes: object) -> Row:
+    """An unsaved copy of `row` with `changes`."""
+    new = copy.copy(row)
+    new.pk = None  # type: ignore[attr-defined]
+    new._state = copy.copy(row._state)  # type: ignore[attr-defined]
+    new._state.adding = True  # type: ignore[attr-defined]
+    for name, value in changes.items():
+        setattr(new, name, value)
+    return new

@@ -7,21 +7,20 @@ Counted, not timed, so that a loaded machine cannot make it pass or fail."""
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
 
 from events.models import Event
-from tests.support import NAMESPACE, at, job
+from tests.support import NAMESPACE, at, copy_finished_job, job
 from workloads import admission, live, runtime, services
-from workloads.models import Checkpoint, KubeObject, Pod, Workload
+from workloads.models import KubeObject, Workload
 
 HISTORY = 500
 """Finished Jobs added to the history."""
@@ -33,8 +32,6 @@ cost several times the rounds' work."""
 
 SAVEPOINT = re.compile(r'"s\d+_x\d+"')
 """Savepoint names, numbered by the connection."""
-
-Row = TypeVar("Row")
 
 
 @dataclass
@@ -55,7 +52,7 @@ def test_a_rounds_work_does_not_grow_with_finished_jobs(gpu_queues, monkeypatch)
     with transaction.atomic():
         without = run_rounds(gpu_queues, rounds, monkeypatch)
         transaction.set_rollback(True)  # the same state again for the second run
-    copy_finished(gpu_queues, finished, HISTORY)
+    copy_finished_job(finished, range(HISTORY))
     assert Workload.objects.filter(phase=Workload.Phase.FINISHED).count() == HISTORY + 1
     with_history = run_rounds(gpu_queues, rounds, monkeypatch)
 
@@ -144,50 +141,6 @@ def instruction_ticks(work: Work) -> Iterator[None]:
         yield
     finally:
         database.set_progress_handler(None, INSTRUCTIONS_PER_TICK)
-
-
-def copy_finished(cluster, owner: KubeObject, count: int) -> None:
-    """`count` copies of a finished Job: its owner, workload, pods, checkpoints and events."""
-    workload = owner.workloads.get()
-    pods = list(Pod.objects.filter(workload=workload))
-    checkpoints = list(Checkpoint.objects.filter(owner=owner))
-    events = list(Event.objects.filter(cluster=cluster.name, object_key=owner.key))
-    numbers = range(count)
-    owners = KubeObject.objects.bulk_create(
-        [_copy(owner, name=f"{owner.name}-{i}") for i in numbers]
-    )
-    workloads = Workload.objects.bulk_create(
-        [
-            _copy(workload, name=f"{workload.name}-{i}", owner_id=o.pk)
-            for i, o in zip(numbers, owners, strict=True)
-        ]
-    )
-    Pod.objects.bulk_create(
-        _copy(pod, name=f"{pod.name}-{i}", owner_id=o.pk, workload_id=w.pk)
-        for i, o, w in zip(numbers, owners, workloads, strict=True)
-        for pod in pods
-    )
-    Checkpoint.objects.bulk_create(
-        _copy(c, owner_id=o.pk, workload_id=w.pk)
-        for o, w in zip(owners, workloads, strict=True)
-        for c in checkpoints
-    )
-    Event.objects.bulk_create(
-        _copy(e, object_key=o.key, workload_name=w.name if e.workload_name else "")
-        for o, w in zip(owners, workloads, strict=True)
-        for e in events
-    )
-
-
-def _copy(row: Row, **changes: object) -> Row:
-    """An unsaved copy of `row` with `changes`."""
-    new = copy.copy(row)
-    new.pk = None  # type: ignore[attr-defined]
-    new._state = copy.copy(row._state)  # type: ignore[attr-defined]
-    new._state.adding = True  # type: ignore[attr-defined]
-    for name, value in changes.items():
-        setattr(new, name, value)
-    return new
 
 
 @pytest.fixture(autouse=True)
