@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 from cryptography.fernet import Fernet
@@ -165,20 +166,30 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
+
+
+def channel_layer(redis_url: str) -> dict[str, Any]:
+    """The channel layer on the Redis that `redis_url` names."""
+    # Redis's publish/subscribe ignores database numbers: two deployments on one Redis server
+    # in different databases would receive each other's events. Their channels' names carry
+    # the database number.
+    database = urlsplit(redis_url).path.strip("/") or "0"
+    return {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {
+            "prefix": f"asgi-db{database}",
+            # Hundreds of sockets joining at once each borrow a connection (redis-py stops at
+            # 100 by default); reads wait longer than the layer's 5 s blocking pops.
+            "hosts": [{"address": redis_url, "max_connections": 2000, "socket_timeout": 30}],
+        },
+    }
+
+
 if REDIS_URL:
     # Shared by every web process: rate limits hold across them. Django's Redis backend, with
     # its redis-py clients reused (controlplane/cache.py says why).
     CACHES = {"default": {"BACKEND": "controlplane.cache.RedisCache", "LOCATION": REDIS_URL}}
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            # Hundreds of sockets joining at once each borrow a connection (redis-py stops at
-            # 100 by default); reads wait longer than the layer's 5 s blocking pops.
-            "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "max_connections": 2000, "socket_timeout": 30}]
-            },
-        }
-    }
+    CHANNEL_LAYERS = {"default": channel_layer(REDIS_URL)}
     CELERY_BROKER_URL = REDIS_URL
     # A task a killed worker held is handed to another worker after this many seconds. Our
     # tasks are short and idempotent and retry with countdowns of a second or two, so a short
