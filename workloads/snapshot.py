@@ -297,8 +297,8 @@ def _workloads(
                 held.append(s.Pending(key, s.PendingReason.MISCONFIGURED, why, False))
                 continue
         converting = (row, cq_by_queue.get((namespace, queue)))
-        workload = last_run.get(converting)
-        this_run[converting] = workload = workload or _workload(*converting)
+        workload = last_run.get(converting) or _workload(*converting)
+        this_run[converting] = workload
         workloads.append(workload)
     _converted[cluster.pk] = this_run
     return workloads, ids, pending_state, held
