@@ -5,6 +5,14 @@ on JSON columns: `update_rows` joins the new values in with `UPDATE ... FROM (VA
 (PostgreSQL, SQLite >= 3.33) instead. `bulk_create` builds a model instance per row and
 compiles each value through the ORM: `insert_rows` binds the values straight away.
 Neither sends signals nor calls `save()` or `pre_save()`.
+
+On PostgreSQL the rows go as one array per column, `unnest`ed (as `bulk_create` does since
+Django 5.2): a statement has a parameter per column rather than per value, which psycopg
+composes without scanning a query of thousands of placeholders, and the arrays' types make
+casts needless. From `COPY_MIN_ROWS` rows on, they go by COPY, cheaper still (psycopg formats
+the rows in C): straight into the table for `insert_rows`, into a temporary table that one
+UPDATE joins in for `update_rows`. COPY goes past Django's cursor wrapper: its statements are
+not in `connection.queries` (the UPDATE is).
 """
 
 from __future__ import annotations
@@ -13,12 +21,16 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from django.db import connection
-from django.db.models import Field, Model
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.models import Field, ForeignKey, Model
 
 # A statement's size stays bounded whatever the database allows.
 MAX_ROWS_PER_STATEMENT = 1000
 POSTGRESQL_MAX_PARAMS = 65535  # its protocol counts parameters in 16 bits
+# PostgreSQL: writing this many rows or more by COPY beats `unnest` (it creates and drops a
+# temporary table for an update: a few milliseconds).
+COPY_MIN_ROWS = 500
+COPY_TABLE = "pg_temp.accelplane_bulk_rows"
 
 
 def update_rows(
@@ -30,19 +42,19 @@ def update_rows(
     columns = [_column(model, name) for name in (key, *fields)]
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
-    values = [_value(field, number) for number, field in enumerate(columns, start=1)]
-    assignments = ", ".join(
-        f"{quote(_name(field))} = {value}"
-        for field, value in zip(columns[1:], values[1:], strict=True)
-    )
-    return _execute(
-        columns,
-        rows,
-        lambda rows_sql: (
+
+    def statement(rows_sql: str, typed: bool) -> str:
+        values = [_value(field, number, typed) for number, field in enumerate(columns, start=1)]
+        assignments = ", ".join(
+            f"{quote(_name(field))} = {value}"
+            for field, value in zip(columns[1:], values[1:], strict=True)
+        )
+        return (
             f"UPDATE {table} SET {assignments} FROM ({rows_sql}) AS v "  # noqa: S608 (quoted)
             f"WHERE {table}.{quote(_name(columns[0]))} = {values[0]}"
-        ),
-    )[0]
+        )
+
+    return _execute(columns, rows, statement)[0]
 
 
 def insert_rows(model: type[Model], fields: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
@@ -55,7 +67,8 @@ def insert_rows_returning_pks(
     model: type[Model], fields: Sequence[str], rows: Iterable[Sequence[Any]]
 ) -> list[Any]:
     """`insert_rows`, returning the new rows' primary keys in the order of `rows` (both
-    databases return a multi-row INSERT's rows in VALUES order, as `bulk_create` relies on)."""
+    databases return a multi-row INSERT's rows in VALUES order, PostgreSQL its `unnest`'s rows
+    in array order, as `bulk_create` relies on). Never by COPY, which returns nothing."""
     return _insert(model, fields, rows, returning=True)[1]
 
 
@@ -77,36 +90,87 @@ def _insert(
     return _execute(
         columns,
         ((*row, *default_values) for row in rows),
-        lambda rows_sql: f"INSERT INTO {table} ({names}) {rows_sql}{suffix}",
+        lambda rows_sql, _: f"INSERT INTO {table} ({names}) {rows_sql}{suffix}",
         returning=returning,
+        into=f"{table} ({names})",
     )
 
 
 def _execute(
     columns: Sequence[Field[Any, Any]],
     rows: Iterable[Sequence[Any]],
-    statement: Callable[[str], str],
+    statement: Callable[[str, bool], str],
     *,
     returning: bool = False,
+    into: str = "",
 ) -> tuple[int, list[Any]]:
-    """`statement` around a VALUES list of `rows`, in chunks: the number of rows it changed,
-    and the first column of what it returned (with `returning`)."""
+    """`statement` around a query of `rows` (`column1`, `column2`, ...; typed as `columns` if
+    its second argument is true), in chunks: the number of rows it changed, and the first
+    column of what it returned (with `returning`). `into`, a table and its columns: by COPY
+    there instead, when COPY is worth it."""
     rows = list(rows)
-    placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    per_statement = max(1, min(MAX_ROWS_PER_STATEMENT, _max_params() // len(columns)))
     prepare = _Preparer(columns)
+    types = _array_types(columns)
+    if types and not returning and len(rows) >= COPY_MIN_ROWS:
+        return _copy(types, map(prepare, rows), statement, into), []
+    if types:
+        per_statement = MAX_ROWS_PER_STATEMENT
+        arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
+        names = ", ".join(f"column{number}" for number in range(1, len(columns) + 1))
+        sql = statement(f"SELECT * FROM unnest({arrays}) AS u ({names})", True)  # noqa: S608
+    else:
+        per_statement = max(1, min(MAX_ROWS_PER_STATEMENT, _max_params() // len(columns)))
+        placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
     changed, returned = 0, []
     with connection.cursor() as cursor:
         for start in range(0, len(rows), per_statement):
             chunk = rows[start : start + per_statement]
-            params = [value for row in chunk for value in prepare(row)]
-            cursor.execute(statement("VALUES " + ", ".join([placeholders] * len(chunk))), params)
+            if types:
+                params = [list(column) for column in zip(*map(prepare, chunk), strict=True)]
+            else:
+                params = [value for row in chunk for value in prepare(row)]
+                sql = statement("VALUES " + ", ".join([placeholders] * len(chunk)), False)
+            cursor.execute(sql, params)
             if returning:  # fetched first: SQLite counts a RETURNING statement's rows as read
                 returned += [value for (value,) in cursor.fetchall()]
                 changed = len(returned)
             else:
                 changed += cursor.rowcount
     return changed, returned
+
+
+def _copy(
+    types: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    statement: Callable[[str, bool], str],
+    into: str,
+) -> int:
+    """`rows` by COPY `into` a table, or else into a temporary one (of `types`) that
+    `statement` reads. Returns how many rows were written (`into`) or changed."""
+    if into:
+        with connection.cursor() as cursor:
+            return _copy_rows(cursor, into, rows)
+    names = [f"column{number}" for number in range(1, len(types) + 1)]
+    columns = ", ".join(f"{name} {db_type}" for name, db_type in zip(names, types, strict=True))
+    # Gone at the commit even if a statement fails (its error aborts the transaction anyway).
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMPORARY TABLE {COPY_TABLE} ({columns}) ON COMMIT DROP")
+        _copy_rows(cursor, f"{COPY_TABLE} ({', '.join(names)})", rows)
+        cursor.execute(statement(f"SELECT * FROM {COPY_TABLE}", True))  # noqa: S608 (ours)
+        changed: int = cursor.rowcount
+        cursor.execute(f"DROP TABLE {COPY_TABLE}")
+    return changed
+
+
+def _copy_rows(cursor: Any, into: str, rows: Iterable[Sequence[Any]]) -> int:
+    """psycopg's COPY on Django's cursor's own (text format: each value as psycopg dumps it
+    for a query, its type left to the column)."""
+    count = 0
+    with cursor.cursor.copy(f"COPY {into} FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+            count += 1
+    return count
 
 
 class _Preparer:
@@ -117,17 +181,21 @@ class _Preparer:
     def __init__(self, columns: Sequence[Field[Any, Any]]) -> None:
         self.columns = columns
         self.prepared: list[dict[tuple[type, Any], Any]] = [{} for _ in columns]
+        # The connection itself: each attribute of the `connection` proxy is a look-up in
+        # thread-local (asgiref) storage, which preparing a value makes a few of.
+        self.connection = connections[DEFAULT_DB_ALIAS]
 
     def __call__(self, row: Sequence[Any]) -> list[Any]:
         values = []
+        db = self.connection
         for field, prepared, value in zip(self.columns, self.prepared, row, strict=True):
             key = (type(value), value)  # by type too: True and 1 are equal, their JSON is not
             try:
                 values.append(prepared[key])
             except KeyError:
-                values.append(prepared.setdefault(key, field.get_db_prep_save(value, connection)))
+                values.append(prepared.setdefault(key, field.get_db_prep_save(value, db)))
             except TypeError:  # unhashable: a JSON object or array
-                values.append(field.get_db_prep_save(value, connection))
+                values.append(field.get_db_prep_save(value, db))
         return values
 
 
@@ -142,14 +210,36 @@ def _name(field: Field[Any, Any]) -> str:
     return field.column
 
 
-def _value(field: Field[Any, Any], number: int) -> str:
+def _value(field: Field[Any, Any], number: int, typed: bool) -> str:
     """The VALUES list's column for `field` (both databases name them column1, column2, ...)."""
     reference = f"v.column{number}"
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql" and not typed:
         # PostgreSQL types a VALUES column from its rows: NULLs or plain strings come out as
         # text, which does not assign to jsonb or timestamp columns.
         return f"CAST({reference} AS {field.cast_db_type(connection)})"
     return reference
+
+
+def _array_types(columns: Sequence[Field[Any, Any]]) -> list[str] | None:
+    """On PostgreSQL, the type of each column's array; None on SQLite, or where a field's type
+    is no plain one (an array type, say: `unnest` would flatten an array of arrays). As
+    Django's own `InsertUnnest` (postgresql/compiler.py) decides, which relies as this does on
+    a column's prepared values being all of one Python type (psycopg refuses a mixed list)."""
+    if connection.vendor != "postgresql":
+        return None
+    types = []
+    for field in columns:
+        target = field.target_field if isinstance(field, ForeignKey) else field
+        db_type = field.db_type(connection)
+        if (
+            db_type is None
+            or "[" in db_type
+            or hasattr(field, "get_placeholder")
+            or target.get_internal_type() not in connection.data_types
+        ):
+            return None
+        types.append(db_type.split("(")[0])  # varchar, not varchar(253): no silent truncation
+    return types
 
 
 def _max_params() -> int:
