@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from api import events, platform, workloads
+from api.schema import SchemaView
 
 router = SimpleRouter()
 router.trailing_slash = "/?"  # /api/v1/workloads, as documented, and with a slash too
@@ -29,7 +30,7 @@ router.register("tokens", platform.TokenViewSet, basename="token")
 urlpatterns: list[URLPattern | URLResolver] = [
     path("v1/events", events.EventList.as_view(), name="events"),
     path("v1/me", platform.Me.as_view(), name="me"),
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("schema/", SchemaView.as_view(), name="schema"),
     # Swagger UI with a way back to the web UI (templates/api/swagger_ui.html).
     path(
         "docs/",
