@@ -61,19 +61,24 @@ def test_queue_metrics_follow_admission_and_preemption(client, gpu_queues):
     assert waits == 2  # the two inference pods; the preempted fine-tune holds no admission
 
 
-def test_requests_are_counted_and_tagged_with_a_request_id(client, caplog):
-    first = client.get("/api/v1/me", HTTP_X_REQUEST_ID="trace-42")
+def test_requests_are_counted_and_tagged_with_a_request_id(client, caplog, settings):
+    # The console handler tags each record with its request's id. Root's handlers are process
+    # state (constructing a Celery worker replaces them: tests/unit/test_watch_capacity.py), so
+    # the records captured here get the same filter from the first request on, and only here:
+    # pytest's capturing handler serves every test of the session.
+    assert "request_id" in settings.LOGGING["handlers"]["console"]["filters"]
+    key = ("accelplane_http_request_duration_seconds_count", labels(method="GET", status="401"))
+    counted = samples(client).get(key, 0)  # the process's count: earlier tests' requests too
+    tag = RequestIdFilter()
+    caplog.handler.addFilter(tag)
+    try:
+        first = client.get("/api/v1/me", HTTP_X_REQUEST_ID="trace-42")
+        fresh = client.get("/api/v1/me")["X-Request-ID"]
+        client.get("/api/v1/me", HTTP_X_REQUEST_ID="trace-43")  # django.request logs the 401s
+    finally:
+        caplog.handler.removeFilter(tag)
     assert first["X-Request-ID"] == "trace-42"
-    assert len(client.get("/api/v1/me")["X-Request-ID"]) == 32  # a fresh one otherwise
-    caplog.handler.addFilter(RequestIdFilter())  # as the console handler has it
-    client.get("/api/v1/me", HTTP_X_REQUEST_ID="trace-43")  # django.request logs the 401
+    assert len(fresh) == 32  # a fresh one when the caller sends none
     logged = [r for r in caplog.records if r.getMessage() == "Unauthorized: /api/v1/me"]
-    assert [r.request_id for r in logged][0] == "trace-42"
-    assert [r.request_id for r in logged][-1] == "trace-43"
-    found = samples(client)
-    assert (
-        found[
-            ("accelplane_http_request_duration_seconds_count", labels(method="GET", status="401"))
-        ]
-        >= 3
-    )
+    assert [r.request_id for r in logged] == ["trace-42", fresh, "trace-43"]
+    assert samples(client)[key] == counted + 3
