@@ -23,7 +23,6 @@ import argparse
 import http.client
 import json
 import os
-import re
 import secrets
 import statistics
 import subprocess
@@ -41,6 +40,10 @@ import psycopg
 import redis
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/api_load.py` too
+
+from benchmarks import processes  # noqa: E402
+
 DATABASE = "accelplane_bench"
 PG = "postgres://postgres@127.0.0.1:5432"
 REDIS_URL = "redis://127.0.0.1:6379/5"
@@ -214,76 +217,13 @@ def delete_job(
         errors.append(f"DELETE {response.status}")
 
 
-# Resident memory of the stack's processes, read from /proc (Linux; no psutil here).
-Sample = dict[str, tuple[int, int]]  # process name: (pid, VmRSS in kB)
+# Resident memory of the stack's processes (benchmarks/processes.py reads /proc).
+Sample = dict[str, tuple[int, int]]  # process name: (pid, VmRSS in KiB)
 ROLE_ORDER = ("web-0", "web-1", "worker-0", "worker-1", "watcher", "beat")
 
 
-def parent_pids() -> dict[int, int]:
-    parents = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:  # exited since the listing
-            continue
-        # The command name in parentheses may hold spaces: the fields follow its last ")".
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return parents
-
-
-def command_line(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    except OSError:
-        return []
-
-
-def role(cmdline: list[str]) -> str | None:
-    """The process's part in controlplane.run's stack, from the command line it gave it."""
-    for server, port_option in (("daphne", "-p"), ("uvicorn", "--port")):  # run.web_command
-        if server in cmdline and port_option in cmdline:
-            return f"web-{int(cmdline[cmdline.index(port_option) + 1]) - PORT}"
-    if "beat" in cmdline:
-        return "beat"
-    if "--hostname" in cmdline:  # worker0@%h, watcher@%h
-        node = cmdline[cmdline.index("--hostname") + 1].split("@")[0]
-        return re.sub(r"(\d+)$", r"-\1", node)
-    return None
-
-
-def rss_kb(pid: int) -> int | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
-    return int(found[1]) if found else None  # a zombie has none
-
-
-def stack_processes(root: int) -> dict[str, int]:
-    """The names and pids of root's descendants: the stack's processes by their role, and
-    their own children (a Celery pool's) after them, as worker-0.child-1..."""
-    children: dict[int, list[int]] = {}
-    for pid, parent in sorted(parent_pids().items()):
-        children.setdefault(parent, []).append(pid)
-    named = {}
-    pending = [(pid, role(command_line(pid)) or f"pid-{pid}") for pid in children.get(root, [])]
-    while pending:
-        pid, name = pending.pop()
-        named[name] = pid
-        pending += [(c, f"{name}.child-{i}") for i, c in enumerate(children.get(pid, []), 1)]
-    return named
-
-
 def sample_memory(root: int) -> Sample:
-    sample = {}
-    for name, pid in stack_processes(root).items():
-        kb = rss_kb(pid)
-        if kb is not None:
-            sample[name] = (pid, kb)
-    return sample
+    return processes.memory(processes.stack_processes(root, PORT))
 
 
 def in_order(names: set[str]) -> list[str]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -31,6 +30,10 @@ from typing import Any
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/embedded_soak.py` too
+
+from benchmarks import processes  # noqa: E402
+
 CLUSTER = "demo-gpu-cluster"
 PAGES = ["/", "/queues/", "/workloads/", f"/clusters/{CLUSTER}/", "/platform/"]
 JOB = """\
@@ -113,13 +116,14 @@ class EmbeddedStack:
         """The launcher's processes by name (web, worker, watcher, beat) -> pid."""
         assert self.launcher is not None
         found: dict[str, int] = {}
-        for task in Path(f"/proc/{self.launcher.pid}/task").iterdir():
-            for pid in (task / "children").read_text().split():
-                try:
-                    found[process_name(Path(f"/proc/{pid}/cmdline").read_bytes())] = int(pid)
-                except FileNotFoundError:
-                    continue
+        for pid in processes.children(self.launcher.pid):
+            if args := processes.command_line(pid):  # not exited since the listing
+                found[processes.kind(args)] = pid
         return found
+
+    def rss_kib(self) -> dict[str, int]:
+        """The resident memory in KiB of the launcher's processes still running, by name."""
+        return {name: kib for name, (_, kib) in processes.memory(self.children()).items()}
 
     def restarts(self) -> list[str]:
         """The launcher's log lines about restarting a process."""
@@ -140,21 +144,6 @@ class EmbeddedStack:
 
     def secret(self, name: str) -> str:
         return (self.workdir / "var" / name).read_text().strip()
-
-
-def process_name(cmdline: bytes) -> str:
-    args = cmdline.decode().split("\0")
-    if "daphne" in args or "uvicorn" in args:  # controlplane.run.web_command
-        return "web"
-    if "beat" in args:
-        return "beat"
-    return "watcher" if "--queues=watch" in args else "worker"
-
-
-def rss_kib(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
-    return int(match.group(1)) if match else 0
 
 
 @dataclass
@@ -268,7 +257,7 @@ def click_for(stack: EmbeddedStack, seconds: float, tally: Tally, progress: bool
             print(  # noqa: T201
                 f"{minutes:5.1f} min: {tally.requests} requests, {sum(tally.errors.values())} "
                 f"errors, {len(stack.restarts())} restarts, RSS KiB "
-                f"{ {n: rss_kib(p) for n, p in stack.children().items()} }",
+                f"{stack.rss_kib()}",
                 flush=True,
             )
 
@@ -283,11 +272,11 @@ def main() -> None:
     stack.prepare()
     stack.start()
     try:
-        before = {name: rss_kib(pid) for name, pid in stack.children().items()}
+        before = stack.rss_kib()
         print(f"started; logs in {stack.log}; RSS KiB at start {before}", flush=True)  # noqa: T201
         tally = Tally()
         click_for(stack, args.minutes * 60, tally, progress=True)
-        after = {name: rss_kib(pid) for name, pid in stack.children().items()}
+        after = stack.rss_kib()
         answering = stack.answers()
     finally:
         code = stack.stop()

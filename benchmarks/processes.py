@@ -1,0 +1,90 @@
+"""The processes of a running stack (controlplane.run's), read from /proc: Linux, no psutil.
+
+Their children, command lines, resident memory (RSS) and names: benchmarks/api_load.py's soak
+and benchmarks/embedded_soak.py sample them. A process may exit between two reads: what is
+read of it then is empty (no children, no command line, no RSS), never an error.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+
+def children(pid: int) -> list[int]:
+    """pid's child processes, in pid order ([] once pid has exited)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
+    found: list[int] = []
+    for task in tasks:  # each thread lists the children it started
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:  # the thread or the process ended since the listing
+            continue
+    return sorted(found)
+
+
+def command_line(pid: int) -> list[str]:
+    """The process's arguments ([] once it has exited, or for a zombie)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return cmdline.decode().split("\0") if cmdline else []
+
+
+def rss_kib(pid: int) -> int | None:
+    """The process's resident memory (VmRSS) in KiB; None once it has exited, or for a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+    return int(found[1]) if found else None
+
+
+def kind(cmdline: list[str]) -> str:
+    """web, beat, watcher or worker: what controlplane.run started the process as."""
+    if "daphne" in cmdline or "uvicorn" in cmdline:  # controlplane.run.web_command
+        return "web"
+    if "beat" in cmdline:
+        return "beat"
+    return "watcher" if "--queues=watch" in cmdline else "worker"
+
+
+def role(cmdline: list[str], base_port: int) -> str | None:
+    """The process's name in controlplane.run's stack, from the command line it gave it: web-0
+    on base_port, web-1 on the next, worker-0, worker-1, watcher, beat; None for another."""
+    for server, port_option in (("daphne", "-p"), ("uvicorn", "--port")):  # run.web_command
+        if server in cmdline and port_option in cmdline:
+            return f"web-{int(cmdline[cmdline.index(port_option) + 1]) - base_port}"
+    if "beat" in cmdline:
+        return "beat"
+    if "--hostname" in cmdline:  # worker0@%h, watcher@%h
+        node = cmdline[cmdline.index("--hostname") + 1].split("@")[0]
+        return re.sub(r"(\d+)$", r"-\1", node)
+    return None
+
+
+def stack_processes(root: int, base_port: int) -> dict[str, int]:
+    """The names and pids of root's descendants: the stack's processes by their role, and
+    their own children (a Celery pool's) after them, as worker-0.child-1..."""
+    named = {}
+    pending = [(pid, role(command_line(pid), base_port) or f"pid-{pid}") for pid in children(root)]
+    while pending:
+        pid, name = pending.pop()
+        named[name] = pid
+        pending += [(child, f"{name}.child-{i}") for i, child in enumerate(children(pid), 1)]
+    return named
+
+
+def memory(named: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """name: (pid, RSS in KiB) of the named processes still running."""
+    sample = {}
+    for name, pid in named.items():
+        kib = rss_kib(pid)
+        if kib is not None:
+            sample[name] = (pid, kib)
+    return sample
