@@ -4,8 +4,8 @@ Events reach this consumer two ways: the channel layer (fast, published after co
 a poll of the database (for writers the layer cannot reach, such as a Celery worker while
 the embedded in-process layer is in use, and for anything lost while Redis restarts). Both
 feed one cursor, `last_seq`: an event is sent once, in sequence order, and a gap seen on
-the layer is filled from the database first. Commit order equals seq order (events.services),
-so whatever precedes a published event is already readable.
+the layer is filled from the database first. Seqs have no gaps and become visible in order
+(events.services), so whatever precedes a published event is already readable.
 
 Access is re-read while the socket is open (api.socket_auth): every
 ACCELPLANE_EVENTS_RECHECK_SECONDS, and at once when api.revocation says it changed. Signed out
@@ -131,7 +131,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
             await self.send_json({"type": "event", "event": shown_event(self.caller, event)})
 
     def _read(self, after: int) -> list[dict[str, Any]]:
-        rows = visible_events(self.caller).filter(id__gt=after).order_by("id")[:BATCH]
+        rows = visible_events(self.caller).filter(seq__gt=after).order_by("seq")[:BATCH]
         return [serialize(row) for row in rows]
 
 

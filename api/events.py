@@ -30,7 +30,7 @@ def event_page(request: Request, rows: QuerySet[Event]) -> dict[str, Any]:
     query = _PageQuery(data=request.query_params)
     query.is_valid(raise_exception=True)
     after, limit = query.validated_data["after"], query.validated_data["limit"]
-    page = list(rows.filter(id__gt=after).order_by("id")[:limit])
+    page = list(rows.filter(seq__gt=after).order_by("seq")[:limit])
     return {
         "events": shown_events(request_scope(request), page),
         "next_after": page[-1].seq if page else after,

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Gauge, Histogram, generate_latest
 from prometheus_client.core import (
@@ -53,9 +54,7 @@ class QueueCollector(Collector):
         events = GaugeMetricFamily(
             "accelplane_events", "Events in the log (the latest sequence number)"
         )
-        events.add_metric(
-            [], float(Event.objects.order_by("-id").values_list("id", flat=True).first() or 0)
-        )
+        events.add_metric([], float(Event.objects.aggregate(last=Max("seq"))["last"] or 0))
         yield events
 
     def _workloads(self, clusters: dict[int, str]) -> Iterator[Metric]:

@@ -21,7 +21,7 @@ from api import serializers as s
 from api.common import Conflict, cluster_for_manifests, now, require_write, signed_in
 from api.events import event_page
 from api.parsers import MANIFEST_PARSERS, manifest_text
-from events.models import Event
+from events.services import numbered_events
 from teams.services import request_scope
 from teams.visibility import redact
 from workloads import checkpoints, explain, runtime, services, whatif
@@ -173,7 +173,7 @@ class WorkloadViewSet(
     @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
     def events(self, request: Request, pk: str) -> Response:
         obj = self.get_object()
-        rows = Event.objects.filter(
+        rows = numbered_events().filter(
             cluster=obj.cluster.name, namespace=obj.namespace, object_key=obj.key
         )
         return Response(event_page(request, rows))

@@ -146,6 +146,7 @@ def browsers(clients: int, cookie: str, connected, done, results) -> None:
 
 def admit_one(cluster, index: int):
     from django.db import transaction
+    from django.db.models import Max
     from django.utils import timezone
 
     from events.models import Event
@@ -155,12 +156,12 @@ def admit_one(cluster, index: int):
         cluster, job(index), source="job.yaml", now=timezone.now(), admit=services.Admit.SKIP
     )
     stamp: list[float] = []
-    last = Event.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    last = Event.objects.aggregate(last=Max("seq"))["last"] or 0
     with transaction.atomic():
         # Registered first, so it runs right after COMMIT and before the publishing hooks.
         transaction.on_commit(lambda: stamp.append(time.time()))
         admission.admit_pending(cluster, timezone.now())
-    seqs = list(Event.objects.filter(id__gt=last).values_list("id", flat=True))
+    seqs = list(Event.objects.filter(seq__gt=last).values_list("seq", flat=True))
     return seqs, stamp[0]
 
 

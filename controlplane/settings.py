@@ -395,4 +395,5 @@ CELERY_BEAT_SCHEDULE = {
     "tick-clusters": {"task": "workloads.tasks.tick_clusters", "schedule": 2.0},
     "resume-provisioning": {"task": "clusters.tasks.resume_provisioning", "schedule": 15.0},
     "watch-clusters": {"task": "workloads.tasks.watch_clusters", "schedule": 10.0},
+    "number-events": {"task": "events.tasks.number_events", "schedule": 10.0},
 }

@@ -1,14 +1,21 @@
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q
 
 
 class Event(models.Model):
-    """Append-only log; `id` is the sequence number (assigned under the event lock).
+    """Append-only log, read in `seq` order.
+
+    `seq` is given to committed events only, in the order they committed
+    (`events.services`): a reader that has seen seq N never later finds a smaller one appear,
+    and the numbers have no gaps. Until then it is NULL and the row is its writer's alone; `id`
+    orders a transaction's reads of its own events.
 
     The cluster is kept by name: the log outlives the objects it speaks of.
     """
 
+    seq = models.BigIntegerField(null=True, unique=True)
     at = models.DateTimeField()
     kind = models.CharField(max_length=64, db_index=True)
     cluster = models.CharField(max_length=63, blank=True, db_index=True)
@@ -23,12 +30,10 @@ class Event(models.Model):
         # An object's latest event of a kind (live.py's last `workload.pods` of each owner)
         # is found among that object's events, not among every event of the kind.
         indexes = [
-            models.Index(fields=["cluster", "kind", "object_key", "id"], name="event_object_idx")
+            models.Index(fields=["cluster", "kind", "object_key", "id"], name="event_object_idx"),
+            # The sequencer's work list: a handful of rows at any time, however long the log.
+            models.Index(fields=["id"], condition=Q(seq__isnull=True), name="event_unnumbered_idx"),
         ]
 
     def __str__(self) -> str:
-        return f"#{self.pk} {self.kind} {self.object_key}"
-
-    @property
-    def seq(self) -> int:
-        return int(self.pk)
+        return f"#{self.seq} {self.kind} {self.object_key}"

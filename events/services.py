@@ -12,11 +12,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
+from operator import attrgetter
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from django.db import connection, transaction
+from django.db.models import Max, QuerySet
 
 from controlplane import bulk
 from events.models import Event
@@ -24,9 +26,15 @@ from events.models import Event
 logger = logging.getLogger(__name__)
 
 EVENTS_GROUP = "events"
-# pg_advisory_xact_lock key: event writers serialise so that commit order equals seq order.
+# pg_advisory_xact_lock key, held by whoever gives events their seq until its commit: numbers
+# become visible in the order they were given.
 EVENTS_LOCK = 0x4556_4E54
-EVENT_COLUMNS = [field.name for field in Event._meta.concrete_fields if not field.primary_key]
+# A batch this large is numbered as it is inserted, under the lock (as an admission run's is):
+# numbering it after the commit would write each of its rows twice.
+NUMBER_IN_PLACE_FROM = 100
+NUMBERING_BATCH = 1000
+EVENT_FIELDS = Event._meta.concrete_fields
+EVENT_COLUMNS = [field.name for field in EVENT_FIELDS if not field.primary_key]
 
 
 def serialize(event: Event) -> dict[str, Any]:
@@ -93,8 +101,8 @@ _deferred = threading.local()
 @contextmanager
 def deferred_events() -> Iterator[None]:
     """Events recorded inside are inserted together on the way out, still in the caller's
-    transaction: the event log's lock is taken once, and held only from there to the commit
-    instead of for the rest of the transaction. Their rows get their seq then."""
+    transaction: a batch numbered in place holds the event log's lock only from there to the
+    commit instead of for the rest of the transaction."""
     if getattr(_deferred, "events", None) is not None:
         yield  # an outer block writes them
         return
@@ -108,14 +116,89 @@ def deferred_events() -> Iterator[None]:
 
 
 def record_events(events: list[Event]) -> list[Event]:
-    """Insert Events in the caller's transaction and publish them once that commits."""
+    """Insert Events in the caller's transaction; once that commits they are numbered and
+    published.
+
+    On PostgreSQL a few events go in without a number and without the event log's lock, so
+    that concurrent writers commit side by side, and `number_events` numbers them after the
+    commit. A large batch, and every batch on SQLite (whose writer is alone anyway), is
+    numbered in place, under the lock, after the events committed before it.
+    """
     if not events:
         return events
     pending = getattr(_deferred, "events", None)
     if pending is not None:
         pending.extend(events)
         return events
-    lock_event_log()
+    if connection.vendor == "postgresql" and len(events) < NUMBER_IN_PLACE_FROM:
+        _insert(events)
+        transaction.on_commit(partial(number_events, events), robust=True)
+        return events
+    with transaction.atomic(savepoint=False):
+        lock_event_log()
+        # Whatever this transaction read was committed before it, and so were events still
+        # unnumbered (on PostgreSQL: SQLite numbers every event as it is written).
+        earlier = _number_committed() if connection.vendor == "postgresql" else []
+        for number, event in enumerate(events, start=_last_seq() + 1):
+            event.seq = number
+        _insert(events)
+        transaction.on_commit(partial(publish, [*earlier, *events]))
+    return events
+
+
+def number_events(mine: Sequence[Event] = ()) -> list[Event]:
+    """Give the committed events without a seq theirs, in the order of their ids, and publish
+    them once that commits. Runs after each commit that left events unnumbered (`mine`, which
+    get their seq here, whoever numbered them), and from beat for a writer that stopped between
+    its commit and this."""
+    numbered: list[Event] = []
+    while True:
+        with transaction.atomic():
+            lock_event_log()
+            batch = _number_committed()
+            transaction.on_commit(partial(publish, batch))
+        numbered += batch
+        if len(batch) < NUMBERING_BATCH:
+            break
+    seqs = {event.pk: event.seq for event in numbered}
+    if any(event.pk not in seqs for event in mine):  # another process was first
+        seqs.update(Event.objects.filter(pk__in=[e.pk for e in mine]).values_list("pk", "seq"))
+    for event in mine:
+        event.seq = seqs[event.pk]
+    return numbered
+
+
+def _number_committed() -> list[Event]:
+    """Under the event log's lock: number up to NUMBERING_BATCH unnumbered events this
+    transaction sees (committed ones, and its own), in one statement. Ids order them: an event
+    that caused another was inserted, and committed, before the other was inserted."""
+    table = connection.ops.quote_name(Event._meta.db_table)
+    columns = ", ".join(f"{table}.{connection.ops.quote_name(str(f.column))}" for f in EVENT_FIELDS)
+    numbering = (
+        f"UPDATE {table} SET seq = numbered.seq FROM ("  # noqa: S608 (no value is spliced in)
+        f"SELECT id, ROW_NUMBER() OVER (ORDER BY id) + "
+        f"(SELECT COALESCE(MAX(seq), 0) FROM {table}) AS seq "
+        f"FROM {table} WHERE seq IS NULL ORDER BY id LIMIT %s) AS numbered "
+        f"WHERE {table}.id = numbered.id RETURNING {columns}"
+    )
+    return sorted(Event.objects.raw(numbering, [NUMBERING_BATCH]), key=attrgetter("seq"))
+
+
+def numbered_events() -> QuerySet[Event]:
+    """The log as readers page through it, by seq. Committed events still waiting for their
+    writer's `number_events` (it runs right after the commit) are numbered first, so that a
+    read sees everything committed before it; so are the reader's own, in a test's
+    transaction."""
+    if connection.vendor == "postgresql" and Event.objects.filter(seq__isnull=True).exists():
+        number_events()
+    return Event.objects.filter(seq__isnull=False)
+
+
+def _last_seq() -> int:
+    return Event.objects.aggregate(last=Max("seq"))["last"] or 0
+
+
+def _insert(events: list[Event]) -> None:
     # Bound straight away: `bulk_create` compiled every value of every row through the ORM,
     # and most of a burst of admissions went into that.
     rows = [[getattr(event, name) for name in EVENT_COLUMNS] for event in events]
@@ -124,8 +207,6 @@ def record_events(events: list[Event]) -> list[Event]:
     ):
         event.pk = pk
         event._state.adding, event._state.db = False, connection.alias
-    transaction.on_commit(partial(publish, events))
-    return events
 
 
 def record_event(kind: str, *, at: datetime, message: str, **fields: Any) -> Event:

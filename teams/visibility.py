@@ -22,7 +22,7 @@ from django.db.models import Q, QuerySet
 
 from events.audit import AUDIT_PREFIX
 from events.models import Event
-from events.services import serialize
+from events.services import numbered_events, serialize
 from teams.services import Scope
 
 # A refused manifest without a namespace may be another team's.
@@ -41,12 +41,13 @@ TEXT_FIELDS = ("message", "summary")
 def visible_events(caller: Scope) -> QuerySet[Event]:
     """Admins see every event; team members their namespaces' and the cluster-scoped ones
     (clusters, node pools, queues), which concern everyone; audit events are for admins."""
+    events = numbered_events()
     if caller.everything:
-        return Event.objects.all()
+        return events
     cluster_scoped = (
         Q(namespace="") & ~Q(kind__in=PRIVATE_CLUSTER_EVENTS) & ~Q(kind__startswith=AUDIT_PREFIX)
     )
-    return Event.objects.filter(Q(namespace__in=caller.readable) | cluster_scoped)
+    return events.filter(Q(namespace__in=caller.readable) | cluster_scoped)
 
 
 def is_visible(caller: Scope, event: Mapping[str, Any]) -> bool:

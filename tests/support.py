@@ -10,6 +10,7 @@ import yaml
 from django.apps import apps
 
 from events.models import Event
+from events.services import number_events
 from workloads.models import (
     AdmissionCacheOwner,
     Checkpoint,
@@ -270,10 +271,11 @@ def copy_finished_job(owner: KubeObject, numbers: range) -> None:
         for c in checkpoints
     )
     Event.objects.bulk_create(
-        _copy(e, object_key=o.key, workload_name=w.name if e.workload_name else "")
+        _copy(e, seq=None, object_key=o.key, workload_name=w.name if e.workload_name else "")
         for o, w in zip(owners, workloads, strict=True)
         for e in events
     )
+    number_events()  # as their commits would have
 
 
 def _copy(row: Row, **changes: object) -> Row:

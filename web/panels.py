@@ -40,13 +40,13 @@ def colour(key: str) -> str:
 
 def latest_seq(caller: Scope) -> int:
     """The newest event the caller may see: the page is rendered up to here."""
-    return visible_events(caller).order_by("-id").values_list("id", flat=True).first() or 0
+    return visible_events(caller).order_by("-seq").values_list("seq", flat=True).first() or 0
 
 
 def recent_events(caller: Scope) -> list[dict[str, Any]]:
     """The newest events the caller may see, newest first."""
     rows = visible_events(caller).exclude(kind__in=FEED_SKIPS)
-    return shown_events(caller, rows.order_by("-id")[:FEED_LENGTH])
+    return shown_events(caller, rows.order_by("-seq")[:FEED_LENGTH])
 
 
 def timeline(caller: Scope, obj: KubeObject) -> list[dict[str, Any]]:
@@ -57,7 +57,7 @@ def timeline(caller: Scope, obj: KubeObject) -> list[dict[str, Any]]:
         .filter(cluster=obj.cluster.name, object_key=obj.key)
         .exclude(kind__in=TIMELINE_SKIPS)
     )
-    return shown_events(caller, rows.order_by("id")[:TIMELINE_LENGTH])
+    return shown_events(caller, rows.order_by("seq")[:TIMELINE_LENGTH])
 
 
 def _percent(part: float, whole: float) -> float:

@@ -88,13 +88,16 @@ def run(path: Path) -> Report:
     with transaction.atomic():
         runner = _Runner(path, data, report)
         runner.run()
-        report.events = [_event_json(e) for e in Event.objects.filter(pk__gt=runner.first_seq)]
+        logged = Event.objects.filter(pk__gt=runner.first_event).order_by("id")
+        report.events = [_event_json(seq, event) for seq, event in enumerate(logged, start=1)]
         transaction.set_rollback(True)
     return report
 
 
-def _event_json(event: Event) -> dict[str, Any]:
-    data = serialize(event)
+def _event_json(seq: int, event: Event) -> dict[str, Any]:
+    """As the log would show it: the scenario's events are rolled back with it, unnumbered,
+    so their seq is their place in the scenario."""
+    data = serialize(event) | {"seq": seq}
     return {k: data[k] for k in ("seq", "at", "kind", "object", "workload", "message")}
 
 
@@ -107,7 +110,7 @@ class _Runner:
         self.path, self.data, self.report = path, data, report
         self.now = START
         last = Event.objects.order_by("-pk").first()
-        self.first_seq = last.pk if last else 0
+        self.first_event = last.pk if last else 0
         self.cluster = self._make_cluster(data["cluster"])
         if "configuration" in data:
             self._configure(data["configuration"])

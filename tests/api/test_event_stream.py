@@ -9,6 +9,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from api.consumers import UNAUTHORIZED, EventsConsumer
@@ -32,13 +33,18 @@ def people(settings):
 
 
 def write(namespace, kind="workload.admitted", publish=True):
-    """One committed event; without `publish`, as a process the channel layer cannot reach."""
+    """One committed event's seq; without `publish`, as written by a process the channel layer
+    cannot reach."""
+    if publish:
+        with transaction.atomic():
+            event = record_event(kind, at=timezone.now(), message=kind, namespace=namespace)
+        return event.seq
     with transaction.atomic():
-        if publish:
-            return record_event(kind, at=timezone.now(), message=kind, namespace=namespace).seq
-        return Event.objects.create(
-            at=timezone.now(), kind=kind, namespace=namespace, message=kind
-        ).seq
+        seq = (Event.objects.aggregate(last=Max("seq"))["last"] or 0) + 1
+        Event.objects.create(
+            seq=seq, at=timezone.now(), kind=kind, namespace=namespace, message=kind
+        )
+    return seq
 
 
 async def connect(user, after=0):

@@ -6,6 +6,7 @@ import json
 import urllib.request
 
 import pytest
+from django.db.models import Max
 from django.utils import timezone
 from playwright.sync_api import expect
 
@@ -67,16 +68,16 @@ def test_a_reconnect_replays_the_events_missed_while_offline(server, page, log_i
     page.on("websocket", lambda socket: sockets.append(socket.url))
     page.goto(f"{server.url}/")
     expect(page.locator("#live-status")).to_have_text("live")
-    seen = Event.objects.order_by("-id").values_list("id", flat=True).first()
+    seen = Event.objects.aggregate(last=Max("seq"))["last"]
 
     server.stop()
     expect(page.locator("#live-status")).to_have_text("reconnecting…")
     services.scale(gpu_demo.chat, 2, timezone.now())  # while no server could push it
     # The overview's feed leaves out the simulated cluster's pod and progress news.
     missed = list(
-        Event.objects.filter(id__gt=seen)
+        Event.objects.filter(seq__gt=seen)
         .exclude(kind__in=panels.FEED_SKIPS)
-        .values_list("id", flat=True)
+        .values_list("seq", flat=True)
     )
     server.start()
 

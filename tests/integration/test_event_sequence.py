@@ -1,4 +1,6 @@
-"""On PostgreSQL, event writers commit in seq order: readers never see a gap fill in later."""
+"""On PostgreSQL, events are numbered as they commit: writers of a few events do not wait for
+each other, a reader never sees a gap fill in later, and an event committed before another was
+written is numbered before it."""
 
 from __future__ import annotations
 
@@ -8,13 +10,11 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from events import services
 from events.models import Event
-from events.services import record_event
+from events.services import new_event, numbered_events, record_event, record_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-# Long enough for an unblocked writer to insert and commit one event.
-UNBLOCKED_WRITE_SECONDS = 0.3
 
 
 class Writer(threading.Thread):
@@ -24,13 +24,13 @@ class Writer(threading.Thread):
         super().__init__()
         self.kind, self.release = kind, release
         self.recorded = threading.Event()
-        self.seq = None
+        self.event = None
         self.error = None
 
     def run(self):
         try:
             with transaction.atomic():
-                self.seq = record_event(self.kind, at=timezone.now(), message=self.kind).seq
+                self.event = record_event(self.kind, at=timezone.now(), message=self.kind)
                 self.recorded.set()
                 if self.release is not None:
                     self.release.wait(10)
@@ -40,21 +40,56 @@ class Writer(threading.Thread):
             connection.close()
 
 
-def test_a_later_writer_waits_until_the_earlier_seq_commits():
+def numbered():
+    return list(numbered_events().order_by("seq").values_list("kind", "seq"))
+
+
+def test_a_writer_does_not_wait_for_an_open_one_and_seqs_follow_the_commits():
     release = threading.Event()
     earlier, later = Writer("earlier", release), Writer("later")
     earlier.start()
     assert earlier.recorded.wait(10)
 
     later.start()
-    later.join(UNBLOCKED_WRITE_SECONDS)
-    visible_while_earlier_is_open = list(Event.objects.values_list("kind", flat=True))
-    later_was_waiting = later.is_alive()
+    later.join(10)
+    later_finished_first = not later.is_alive()
+    visible_while_earlier_is_open = numbered()
     release.set()
     earlier.join(10)
-    later.join(10)
 
     assert (earlier.error, later.error) == (None, None)
-    assert visible_while_earlier_is_open == []
-    assert later_was_waiting
-    assert earlier.seq < later.seq
+    assert later_finished_first
+    assert visible_while_earlier_is_open == [("later", later.event.seq)]
+    # Numbered when it committed: after what a reader has seen, and with no gap.
+    assert numbered() == [("later", later.event.seq), ("earlier", later.event.seq + 1)]
+
+
+def stranded(kind):
+    """A committed event whose writer stopped before numbering it."""
+    with transaction.atomic():
+        return Event.objects.create(at=timezone.now(), kind=kind, message=kind)
+
+
+@pytest.mark.parametrize(
+    "batch", [1, services.NUMBER_IN_PLACE_FROM], ids=["numbered after", "numbered in place"]
+)
+def test_an_event_committed_before_another_was_written_is_numbered_before_it(batch):
+    cause = stranded("submitted")
+
+    with transaction.atomic():
+        effects = record_events(
+            [new_event("admitted", at=timezone.now(), message="") for _ in range(batch)]
+        )
+
+    cause.refresh_from_db()
+    assert [cause.seq] + [e.seq for e in effects] == list(range(cause.seq, cause.seq + batch + 1))
+
+
+def test_readers_and_beat_number_what_a_stopped_writer_left():
+    first = stranded("first")
+    assert numbered() == [("first", 1)]  # a reader numbers it rather than miss it
+
+    second = stranded("second")
+    assert [e.pk for e in services.number_events()] == [second.pk]
+    assert numbered() == [("first", 1), ("second", 2)]
+    assert first.pk < second.pk

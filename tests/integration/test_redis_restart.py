@@ -66,7 +66,7 @@ def commit_events(label: str):
                 event = record_event(
                     "workload.admitted", at=timezone.now(), message=f"{label} {i}", namespace="llm"
                 )
-            seqs.append(event.pk)
+            seqs.append(event.seq)  # given once the commit numbered it
         return seqs
 
     return in_thread(commit)
@@ -145,7 +145,7 @@ async def outage(port: int, redis: PrivateRedis, cookie: str) -> None:
             "every browser received every event",
         )
         everything = await in_thread(
-            lambda: list(Event.objects.order_by("id").values_list("id", flat=True))
+            lambda: list(Event.objects.order_by("seq").values_list("seq", flat=True))
         )
         for browser in browsers:
             # Exactly once, in order: nothing repeated across reconnects, nothing skipped.

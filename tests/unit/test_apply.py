@@ -39,17 +39,17 @@ def documents(*texts):
     return "---\n".join(texts)
 
 
-def last_seq():
+def last_event_id():
     latest = Event.objects.order_by("-id").first()
-    return latest.seq if latest else 0
+    return latest.pk if latest else 0
 
 
-def assert_only_the_refusal_was_recorded(counts_before, seq_before):
+def assert_only_the_refusal_was_recorded(counts_before, event_before):
     """Every table as it was, except the one `workload.rejected` event that reports the refusal."""
     counts = row_counts()
     event_counts = counts.pop("events.Event"), counts_before.pop("events.Event")
     assert counts == counts_before
-    new_events = Event.objects.filter(id__gt=seq_before).values_list("kind", flat=True)
+    new_events = Event.objects.filter(id__gt=event_before).values_list("kind", flat=True)
     assert list(new_events) == ["workload.rejected"]
     assert event_counts[0] == event_counts[1] + 1
 
@@ -165,12 +165,12 @@ BAD_LAST_DOCUMENTS = {
     ("bad", "field"), list(BAD_LAST_DOCUMENTS.values()), ids=list(BAD_LAST_DOCUMENTS)
 )
 def test_a_bad_last_document_stores_nothing_from_the_request(gpu_queues, bad, field):
-    before, seq = row_counts(), last_seq()
+    before, event_before = row_counts(), last_event_id()
 
     with pytest.raises(ManifestError):
         apply(gpu_queues, documents(URGENT_CLASS, deployment(replicas=2), bad))
 
-    assert_only_the_refusal_was_recorded(before, seq)
+    assert_only_the_refusal_was_recorded(before, event_before)
 
 
 @pytest.mark.parametrize(
@@ -242,12 +242,12 @@ MALFORMED = {
 
 @pytest.mark.parametrize("text", list(MALFORMED.values()), ids=list(MALFORMED))
 def test_malformed_input_raises_only_manifest_error(gpu_queues, text):
-    before, seq = row_counts(), last_seq()
+    before, event_before = row_counts(), last_event_id()
 
     with pytest.raises(ManifestError):
         apply(gpu_queues, text)
 
-    assert_only_the_refusal_was_recorded(before, seq)
+    assert_only_the_refusal_was_recorded(before, event_before)
 
 
 # Each of these is accepted today and then breaks the simulated clock: a step time of 0

@@ -35,7 +35,7 @@ def seqs(response):
 
 
 def kinds(response):
-    return set(Event.objects.filter(id__in=seqs(response)).values_list("kind", flat=True))
+    return set(Event.objects.filter(seq__in=seqs(response)).values_list("kind", flat=True))
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_the_log_is_newest_first_and_leaves_audit_events_to_their_own_page(admin
 
     shown = seqs(response)
     assert shown == sorted(shown, reverse=True)
-    everything = Event.objects.exclude(kind__startswith="audit.").values_list("id", flat=True)
+    everything = Event.objects.exclude(kind__startswith="audit.").values_list("seq", flat=True)
     assert set(shown) == set(everything)
     audit = admin.get("/events/audit/")
     assert kinds(audit) == {"audit.configured"}
@@ -69,7 +69,7 @@ def test_the_filters_keep_the_matching_events(admin, query, expected):
     response = admin.get(f"/events/?{query}")
 
     assert response.status_code == 200
-    matching = [e.pk for e in Event.objects.exclude(kind__startswith="audit.") if expected(e)]
+    matching = [e.seq for e in Event.objects.exclude(kind__startswith="audit.") if expected(e)]
     assert matching
     assert sorted(seqs(response)) == sorted(matching)
 
@@ -80,7 +80,9 @@ def test_a_workload_filter_shows_that_workloads_events(admin):
     shown = seqs(admin.get(f"/events/?workload={name}"))
 
     assert shown
-    assert set(Event.objects.filter(id__in=shown).values_list("workload_name", flat=True)) == {name}
+    assert set(Event.objects.filter(seq__in=shown).values_list("workload_name", flat=True)) == {
+        name
+    }
 
 
 @pytest.mark.parametrize(
@@ -106,13 +108,13 @@ def test_a_bad_filter_is_explained_not_a_server_error(admin, query, problem):
 def test_older_events_are_paged_by_sequence_number(admin):
     for i in range(PAGE_SIZE + 5):
         record_event("node.ready", at=at(seconds=i), cluster="llm-cluster", message=f"node {i}")
-    newest = list(
-        Event.objects.exclude(kind__startswith="audit.")
-        .order_by("-id")
-        .values_list("id", flat=True)
-    )
 
     first = admin.get("/events/")
+    newest = list(
+        Event.objects.exclude(kind__startswith="audit.")
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+    )
     assert seqs(first) == newest[:PAGE_SIZE]
     older = re.search(r'<a data-older href="\?([^"]+)"', first.content.decode())
     assert older.group(1) == f"before={newest[PAGE_SIZE - 1]}"
@@ -145,7 +147,7 @@ def test_a_team_member_sees_the_events_the_api_shows_them(log, client):
     page = client.get("/events/")
 
     assert set(seqs(page)) == from_api
-    assert not Event.objects.filter(id__in=seqs(page), namespace="llm").exists()
+    assert not Event.objects.filter(seq__in=seqs(page), namespace="llm").exists()
     assert seqs(client.get("/events/?namespace=llm")) == []
     assert client.get("/events/audit/").status_code == 403
 

@@ -73,8 +73,8 @@ def _log(request: HttpRequest, *, audit: bool) -> HttpResponse:
     else:
         rows = rows.exclude(kind__startswith=AUDIT_PREFIX)
     if before is not None:
-        rows = rows.filter(id__lt=before)
-    found = list(rows.order_by("-id")[: PAGE_SIZE + 1])
+        rows = rows.filter(seq__lt=before)
+    found = list(rows.order_by("-seq")[: PAGE_SIZE + 1])
     shown = found[:PAGE_SIZE]
     params = where.params()
     context.update(
@@ -108,6 +108,6 @@ def _types(scope: Scope, audit: bool) -> QuerySet[Event, str]:
         logged = audited if audit else Event.objects.exclude(pk__in=audited)
     else:
         visible = visible_events(scope).exclude(kind__startswith=AUDIT_PREFIX)
-        latest = visible.order_by("-id").values("id")[:TYPE_HINT_EVENTS]
+        latest = visible.order_by("-seq").values("id")[:TYPE_HINT_EVENTS]
         logged = Event.objects.filter(id__in=latest)
     return logged.order_by("kind").values_list("kind", flat=True).distinct()
