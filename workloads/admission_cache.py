@@ -128,6 +128,14 @@ def _reload(cluster_id: int) -> _ClusterWorkloads:
     return cached
 
 
+def forget_cluster(cluster_id: int) -> None:
+    """A deleted cluster's noted changes (deleting its workloads noted one each) and its
+    cache's owner: nobody admits on it again to consume them."""
+    WorkloadChange.objects.filter(cluster_id=cluster_id).delete()
+    AdmissionCacheOwner.objects.filter(cluster_id=cluster_id).delete()
+    _clusters.pop(cluster_id, None)
+
+
 def _consume_changes(cluster_id: int) -> list[int]:
     """Deletes the cluster's noted changes and returns their workloads, in one statement: only
     what it deletes is read, so a change committed meanwhile stays for the next call."""

@@ -1,6 +1,21 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models.signals import post_delete
 
 
 class WorkloadsConfig(AppConfig):
     name = "workloads"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from clusters.models import Cluster
+
+        # Sent once the cluster's workloads are deleted too (they go first), in its transaction.
+        post_delete.connect(_forget_admission_cache, sender=Cluster, dispatch_uid=__name__)
+
+
+def _forget_admission_cache(sender: Any, instance: Any, **kwargs: Any) -> None:
+    from workloads import admission_cache
+
+    admission_cache.forget_cluster(instance.pk)

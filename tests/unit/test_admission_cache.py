@@ -56,6 +56,20 @@ def test_the_triggers_note_inserts_deletes_and_changes_to_what_admission_reads(g
     assert _changes(gpu_queues) == [row.pk]
 
 
+def test_a_deleted_clusters_changes_and_cache_go_with_it(gpu_queues):
+    _submit(gpu_queues, "running", gpus=2)
+    admission.admit_pending(gpu_queues, at())
+    assert AdmissionCacheOwner.objects.filter(cluster_id=gpu_queues.pk).exists()
+    _submit(gpu_queues, "waiting", gpus=2)  # a change no run consumed yet
+    cluster_id = gpu_queues.pk
+
+    gpu_queues.delete()
+
+    assert not WorkloadChange.objects.filter(cluster_id=cluster_id).exists()
+    assert not AdmissionCacheOwner.objects.filter(cluster_id=cluster_id).exists()
+    assert cluster_id not in admission_cache._clusters
+
+
 def test_a_write_behind_admissions_back_is_read_by_its_next_run(gpu_queues, unverified):
     """The ClusterQueue has 6 GPUs. `big` takes them; `small` waits. Then a writer other than
     admission (here the ORM, as a watch or the API would) finishes `big`: the cached queues must
