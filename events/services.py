@@ -151,27 +151,22 @@ def number_events(mine: Sequence[Event] = ()) -> list[Event]:
     them once that commits. Runs after each commit that left events unnumbered (`mine`, which
     get their seq here, whoever numbered them), and from beat for a writer that stopped between
     its commit and this."""
-    numbered: list[Event] = []
-    while True:
-        with transaction.atomic():
-            lock_event_log()
-            batch = _number_committed()
-            transaction.on_commit(partial(publish, batch))
-        numbered += batch
-        if len(batch) < NUMBERING_BATCH:
-            break
+    with transaction.atomic():
+        lock_event_log()
+        numbered = _number_committed()
+        transaction.on_commit(partial(publish, numbered))
     seqs = {event.pk: event.seq for event in numbered}
     if any(event.pk not in seqs for event in mine):  # another process was first
         seqs.update(Event.objects.filter(pk__in=[e.pk for e in mine]).values_list("pk", "seq"))
     for event in mine:
-        event.seq = seqs[event.pk]
+        event.seq = seqs.get(event.pk)
     return numbered
 
 
 def _number_committed() -> list[Event]:
-    """Under the event log's lock: number up to NUMBERING_BATCH unnumbered events this
-    transaction sees (committed ones, and its own), in one statement. Ids order them: an event
-    that caused another was inserted, and committed, before the other was inserted."""
+    """Under the event log's lock: number the unnumbered events this transaction sees
+    (committed ones, and its own), NUMBERING_BATCH a statement. Ids order them: an event that
+    caused another was inserted, and committed, before the other was inserted."""
     table = connection.ops.quote_name(Event._meta.db_table)
     columns = ", ".join(f"{table}.{connection.ops.quote_name(str(f.column))}" for f in EVENT_FIELDS)
     numbering = (
@@ -181,7 +176,12 @@ def _number_committed() -> list[Event]:
         f"FROM {table} WHERE seq IS NULL ORDER BY id LIMIT %s) AS numbered "
         f"WHERE {table}.id = numbered.id RETURNING {columns}"
     )
-    return sorted(Event.objects.raw(numbering, [NUMBERING_BATCH]), key=attrgetter("seq"))
+    numbered: list[Event] = []
+    while True:
+        batch = sorted(Event.objects.raw(numbering, [NUMBERING_BATCH]), key=attrgetter("seq"))
+        numbered += batch
+        if len(batch) < NUMBERING_BATCH:
+            return numbered
 
 
 def numbered_events() -> QuerySet[Event]:

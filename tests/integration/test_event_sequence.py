@@ -93,3 +93,13 @@ def test_readers_and_beat_number_what_a_stopped_writer_left():
     assert [e.pk for e in services.number_events()] == [second.pk]
     assert numbered() == [("first", 1), ("second", 2)]
     assert first.pk < second.pk
+
+
+def test_a_backlog_longer_than_a_numbering_statement_is_numbered_before_what_follows(monkeypatch):
+    monkeypatch.setattr(services, "NUMBERING_BATCH", 2)
+    for i in range(5):
+        stranded(f"stranded.{i}")
+
+    record_event("later", at=timezone.now(), message="")
+
+    assert numbered() == [*((f"stranded.{i}", i + 1) for i in range(5)), ("later", 6)]
