@@ -1,14 +1,19 @@
 """`bulk.update_rows` and `bulk.insert_rows`: each row gets its own values (JSON, NULL,
-timestamps, text), in chunks, on SQLite and on PostgreSQL (DATABASE_URL)."""
+timestamps, text), in chunks, on SQLite and on PostgreSQL (DATABASE_URL). On PostgreSQL many
+rows go by COPY, fewer by `unnest`ed arrays: both store the same values (text COPY escapes,
+JSON, NULLs, timestamps) as SQLite's VALUES."""
 
 from __future__ import annotations
 
+from datetime import timedelta, timezone
+
 import pytest
+from django.db import connection
 
 from controlplane import bulk
 from tests.support import NAMESPACE, at, deployment
 from workloads import services
-from workloads.models import Pod, Workload
+from workloads.models import Pod, Workload, WorkloadChange
 
 REPLICAS = 5
 
@@ -67,22 +72,6 @@ def test_rows_are_written_in_statements_of_bounded_size(
     assert sorted(Workload.objects.values_list("pk", "pending_message")) == rows
 
 
-def test_inserted_rows_have_their_values_and_the_defaults_of_the_rest(workloads):
-    owner = workloads[0].owner
-    fields = ["cluster", "owner", "workload", "name", "phase", "scheduling", "created_at"]
-    rows = [
-        (owner.cluster_id, owner.pk, row.pk, f"pod-{i}", Pod.Phase.PENDING, {"n": i}, at(i))
-        for i, row in enumerate(workloads)
-    ]
-
-    assert bulk.insert_rows(Pod, fields, rows) == REPLICAS
-
-    pods = Pod.objects.filter(name__startswith="pod-").order_by("name")
-    attributes = [Pod._meta.get_field(f).attname for f in fields]
-    assert [tuple(getattr(p, a) for a in attributes) for p in pods] == rows
-    assert all(p.pod_set == "main" and p.node_id is None and not p.ready for p in pods)
-
-
 def test_inserted_rows_return_their_primary_keys_in_order_across_statements(
     workloads, monkeypatch, django_assert_num_queries
 ):
@@ -98,3 +87,105 @@ def test_inserted_rows_return_their_primary_keys_in_order_across_statements(
         pks = bulk.insert_rows_returning_pks(Pod, fields, rows)
 
     assert [Pod.objects.get(pk=pk).name for pk in pks] == [f"pod-{i}" for i in range(REPLICAS)]
+
+
+# COPY's text format escapes backslashes, tabs, newlines, carriage returns and spells NULL \N.
+TEXTS = ["tab\there", "line\nbreak\r", "back\\slash \\N", "NULL", "", 'it\'s "quoted" {a,b}']
+JSONS = [
+    {"s": 'tab\t \\N "q" \u00e9 \U0001f680', "n": None, "l": [1, 2.5, True, None, "NULL"]},
+    "NULL",  # a JSON string
+    [],
+    {},
+    None,  # SQL NULL
+]
+TIMES = [
+    at() + timedelta(microseconds=123456),
+    at().astimezone(timezone(timedelta(hours=5, minutes=30))),
+    None,
+]
+
+
+@pytest.fixture(params=["copy", "statement"])
+def path(request, monkeypatch):
+    """COPY for any number of rows, or never."""
+    monkeypatch.setattr(bulk, "COPY_MIN_ROWS", 1 if request.param == "copy" else 10**9)
+    return request.param
+
+
+def test_updated_rows_read_back_as_written(workloads, path):
+    fields = [
+        "admission",
+        "quota_reserved_at",
+        "pending_message",
+        "pending_reason",
+        "parked",
+        "resumed_from_step",
+    ]
+    rows = [
+        (
+            row.pk,
+            JSONS[index % len(JSONS)],
+            TIMES[index % len(TIMES)],
+            TEXTS[index % len(TEXTS)],
+            TEXTS[(index + 1) % len(TEXTS)],
+            bool(index % 2),
+            index if index % 2 else None,
+        )
+        for index, row in enumerate(workloads)
+    ]
+
+    assert bulk.update_rows(Workload, "pk", fields, rows) == REPLICAS
+
+    stored = {row.pk: row for row in Workload.objects.all()}
+    for pk, *values in rows:
+        assert [getattr(stored[pk], f) for f in fields] == values
+
+
+def test_inserted_rows_read_back_as_written(workloads, path):
+    owner = workloads[0].owner
+    fields = ["cluster", "owner", "workload", "name", "phase", "scheduling", "created_at"]
+    rows = [
+        (
+            owner.cluster_id,
+            owner.pk,
+            row.pk if index % 2 else None,
+            f"pod-{index} {TEXTS[index % len(TEXTS)]}",
+            Pod.Phase.PENDING,
+            JSONS[index % len(JSONS)] or {"n": index},
+            TIMES[index % 2],
+        )
+        for index, row in enumerate(workloads)
+    ]
+
+    assert bulk.insert_rows(Pod, fields, rows) == REPLICAS
+
+    pods = Pod.objects.filter(name__startswith="pod-").order_by("name")
+    attributes = [Pod._meta.get_field(f).attname for f in fields]
+    assert [tuple(getattr(p, a) for a in attributes) for p in pods] == rows
+    assert all(p.pod_set == "main" and p.node_id is None and not p.ready for p in pods)
+
+
+def test_updates_twice_in_a_transaction_and_the_admission_cache_sees_them(workloads, path):
+    WorkloadChange.objects.all().delete()
+    for message in ("first", "second"):
+        rows = [(row.pk, message) for row in workloads]
+        assert bulk.update_rows(Workload, "pk", ["pending_message"], rows) == REPLICAS
+
+    assert set(Workload.objects.values_list("pending_message", flat=True)) == {"second"}
+    changed = WorkloadChange.objects.values_list("workload_id", flat=True)
+    assert set(changed) == {row.pk for row in workloads}
+
+
+def test_many_rows_go_by_copy_few_by_one_statement(
+    workloads, monkeypatch, django_assert_num_queries
+):
+    if connection.vendor != "postgresql":
+        pytest.skip("COPY is PostgreSQL's")
+    rows = [(row.pk, f"message {row.pk}") for row in workloads]
+
+    with django_assert_num_queries(1):  # one UPDATE ... FROM unnest(...)
+        bulk.update_rows(Workload, "pk", ["pending_message"], rows)
+
+    monkeypatch.setattr(bulk, "COPY_MIN_ROWS", REPLICAS)
+    with django_assert_num_queries(3):  # CREATE TEMPORARY TABLE, UPDATE, DROP (COPY unseen)
+        bulk.update_rows(Workload, "pk", ["pending_message"], rows)
