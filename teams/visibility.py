@@ -38,10 +38,11 @@ ROLE_SUFFIXES = ("", "_name", "_owner", "_object", "_namespace")
 TEXT_FIELDS = ("message", "summary")
 
 
-def visible_events(caller: Scope) -> QuerySet[Event]:
+def visible_events(caller: Scope, events: QuerySet[Event] | None = None) -> QuerySet[Event]:
     """Admins see every event; team members their namespaces' and the cluster-scoped ones
-    (clusters, node pools, queues), which concern everyone; audit events are for admins."""
-    events = numbered_events()
+    (clusters, node pools, queues), which concern everyone; audit events are for admins.
+    Of `events`, by default the numbered ones, once committed ones are (`numbered_events`)."""
+    events = numbered_events() if events is None else events
     if caller.everything:
         return events
     cluster_scoped = (
