@@ -19,6 +19,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from django.db import connection, transaction
 from django.db.models import Max, QuerySet
+from django.db.models.base import ModelState
 
 from controlplane import bulk
 from events.models import Event
@@ -34,6 +35,11 @@ EVENTS_LOCK = 0x4556_4E54
 NUMBER_IN_PLACE_FROM = 100
 NUMBERING_BATCH = 1000
 EVENT_FIELDS = Event._meta.concrete_fields
+# `new_event` sets each of them.
+assert [f.attname for f in EVENT_FIELDS] == [
+    *("id", "seq", "at", "kind", "cluster", "namespace", "object_key", "workload_name"),
+    *("message", "data"),
+], "Event's fields changed: new_event must set the new ones"
 EVENT_COLUMNS = [field.name for field in EVENT_FIELDS if not field.primary_key]
 
 
@@ -51,12 +57,17 @@ def serialize(event: Event) -> dict[str, Any]:
     }
 
 
-def lock_event_log() -> None:
-    """Held to commit: a reader that saw seq N never later sees a smaller seq appear."""
+def lock_event_log(*, wait: bool = True) -> bool:
+    """Held to commit: a reader that saw seq N never later sees a smaller seq appear. Without
+    `wait`, taken only if it is free; whether it was taken."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
+            if not wait:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [EVENTS_LOCK])
+                return bool(cursor.fetchone()[0])
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [EVENTS_LOCK])
     # SQLite serialises writers already (BEGIN IMMEDIATE).
+    return True
 
 
 def new_event(
@@ -70,8 +81,16 @@ def new_event(
     workload: str = "",
     **data: Any,
 ) -> Event:
-    """An unsaved Event; `record_events` stores a batch of them."""
-    return Event(
+    """An unsaved Event; `record_events` stores a batch of them.
+
+    Built as `Model.__init__` would build it, less its walk over the fields and its `pre_init`
+    and `post_init` signals (nobody listens for Event's): an admission run makes a few per
+    workload, and `__init__` took most of their time."""
+    event = Event.__new__(Event)
+    event._state = ModelState()
+    event.__dict__.update(
+        id=None,
+        seq=None,
         at=at,
         kind=kind,
         cluster=cluster,
@@ -81,6 +100,7 @@ def new_event(
         message=_storable(message),
         data=_storable(data),
     )
+    return event
 
 
 def _storable(value: Any) -> Any:
@@ -146,13 +166,14 @@ def record_events(events: list[Event]) -> list[Event]:
     return events
 
 
-def number_events(mine: Sequence[Event] = ()) -> list[Event]:
+def number_events(mine: Sequence[Event] = (), *, wait: bool = True) -> list[Event]:
     """Give the committed events without a seq theirs, in the order of their ids, and publish
     them once that commits. Runs after each commit that left events unnumbered (`mine`, which
     get their seq here, whoever numbered them), and from beat for a writer that stopped between
-    its commit and this."""
+    its commit and this. Without `wait`, nothing is done while another numbers."""
     with transaction.atomic():
-        lock_event_log()
+        if not lock_event_log(wait=wait):
+            return []
         numbered = _number_committed()
         transaction.on_commit(partial(publish, numbered))
     seqs = {event.pk: event.seq for event in numbered}
@@ -186,11 +207,11 @@ def _number_committed() -> list[Event]:
 
 def numbered_events() -> QuerySet[Event]:
     """The log as readers page through it, by seq. Committed events still waiting for their
-    writer's `number_events` (it runs right after the commit) are numbered first, so that a
-    read sees everything committed before it; so are the reader's own, in a test's
-    transaction."""
+    writer's `number_events` (it runs right after the commit) are numbered first, unless
+    someone is numbering already, so that a read sees what was committed before it; so are the
+    reader's own, in a test's transaction."""
     if connection.vendor == "postgresql" and Event.objects.filter(seq__isnull=True).exists():
-        number_events()
+        number_events(wait=False)
     return Event.objects.filter(seq__isnull=False)
 
 

@@ -155,7 +155,7 @@ class _Writer:
         keys = [a.workload for a in decisions.admitted]
         keys += [p.preemptor for p in decisions.preemptions]
         keys += [v.workload for p in decisions.preemptions for v in p.victims]
-        rows = self.snap.fetch(keys)
+        rows = self.snap.fetch_to_write(keys)
         if decisions.admitted:
             self._admit(decisions.admitted, rows)
         if decisions.preemptions:
