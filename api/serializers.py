@@ -36,13 +36,31 @@ _Model = TypeVar("_Model", bound=Model)
 # whose fields depend on the class alone, not on the instance or its context. (A comment, not a
 # docstring: the OpenAPI schema would show a docstring as its subclasses' description.)
 class FieldsBuiltOnceSerializer(serializers.ModelSerializer[_Model]):
-    _fields_built: ClassVar[dict[str, serializers.Field[Any, Any, Any, Any]]]
+    _fields_built: ClassVar[dict[str, tuple[serializers.Field[Any, Any, Any, Any], bool]]]
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         cls = type(self)
         if "_fields_built" not in cls.__dict__:  # this class's own: a subclass builds anew
-            cls._fields_built = super().get_fields()
-        return copy.deepcopy(cls._fields_built)
+            cls._fields_built = {
+                name: (field, _holds_fields(field)) for name, field in super().get_fields().items()
+            }
+        # A field of its own for the instance to bind. DRF's deepcopy builds each field anew
+        # from its arguments (most of a small response's rendering time); binding only sets
+        # attributes of the field itself (name, parent, label, source), so a shallow copy, with
+        # a __dict__ of its own, is as good for a field that holds no other fields. One that
+        # does (a nested serializer, a list or dict of fields) is copied as DRF copies it, so
+        # that its children are bound to it alone.
+        return {
+            name: copy.deepcopy(field) if deep else copy.copy(field)
+            for name, (field, deep) in cls._fields_built.items()
+        }
+
+
+def _holds_fields(field: serializers.Field[Any, Any, Any, Any]) -> bool:
+    """Whether `field` is a serializer, or keeps other fields (a child, a child relation)."""
+    return isinstance(field, serializers.BaseSerializer) or any(
+        isinstance(value, serializers.Field) for value in vars(field).values()
+    )
 
 
 class KueueWorkloadSerializer(FieldsBuiltOnceSerializer[Workload]):
