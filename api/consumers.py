@@ -133,7 +133,8 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
 
     def _read(self, after: int) -> list[dict[str, Any]]:
         # Committed events are numbered by their writer (or beat), not by every socket's poll:
-        # hundreds of sockets asking whether any are left was most of a fan-out's latency.
+        # hundreds of sockets would each ask every second whether any are left, and contend
+        # for the event log's lock to number them.
         numbered = Event.objects.filter(seq__gt=after)
         rows = visible_events(self.caller, numbered).order_by("seq")[:BATCH]
         return [serialize(row) for row in rows]
