@@ -1,17 +1,23 @@
 """The rate limit on a real Redis (a private redis-server) through controlplane/cache.py's
-backend: one redis-py client serves every cache call, the counters still add up across requests
-and web processes, and the client outlives a Redis restart."""
+backend: one redis-py client serves every cache call, the counters still add up across requests,
+threads and web processes, stay two small integers per token, and the client outlives a Redis
+restart."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.core.cache import caches
 
+from api.throttling import TokenRateThrottle
 from controlplane.cache import RedisCache
 from teams.models import ApiToken
 from tests.integration.servers import PrivateRedis
@@ -61,20 +67,68 @@ def test_one_client_serves_every_call_and_the_limit_holds(redis_cache, alice, bo
     clients = redis_cache._cache._clients
     assert len(clients) == 1
     assert redis_cache._cache.get_client(write=True) is redis_cache._cache.get_client()
-    # The counters are in Redis: another web process's backend sees alice's three requests.
+    # The counters are in Redis: another web process's backend sees alice's three requests
+    # (in this minute's counter, or the last one's if a minute began meanwhile).
     elsewhere = RedisCache(settings.CACHES["default"]["LOCATION"], {})
     tokens = {t.user.username: t.pk for t in ApiToken.objects.select_related("user")}
-    assert len(elsewhere.get(f"throttle_token_token-{tokens['alice']}")) == 3
-    assert len(elsewhere.get(f"throttle_token_token-{tokens['bob']}")) == 1
+    minute = int(time.time() // 60)
+
+    def counted(user):
+        keys = [f"throttle_token_token-{tokens[user]}:{m}" for m in (minute - 1, minute)]
+        return sum(elsewhere.get_many(keys).values())
+
+    assert counted("alice") == 3
+    assert counted("bob") == 1
 
 
 def test_the_limit_lets_requests_through_while_redis_is_down_and_counts_again_after(
-    redis_server, redis_cache, alice, settings
+    redis_server, redis_cache, alice, settings, caplog
 ):
     settings.ACCELPLANE_API_RATE = "2/min"
     assert alice.get("/api/v1/me").status_code == 200
     redis_server.stop()
     assert [alice.get("/api/v1/me").status_code for _ in range(3)] == [200, 200, 200]
+    assert caplog.text.count("rate limit not applied") == 3
     redis_server.start()  # without persistence: the counters start again from none
     assert [alice.get("/api/v1/me").status_code for _ in range(3)] == [200, 200, 429]
     assert len(redis_cache._cache._clients) == 1
+
+
+class Clock:
+    def __init__(self, at: float):
+        self.at = at
+
+    def __call__(self) -> float:
+        return self.at
+
+
+def test_concurrent_requests_of_one_token_never_pass_the_limit(redis_cache, settings):
+    settings.ACCELPLANE_API_RATE = "50/min"
+    request = SimpleNamespace(auth=ApiToken(pk=7))
+    clock = Clock(1_800_000_030.0)  # halfway through a minute, for every thread
+    start = threading.Barrier(8)
+
+    def ask(_):
+        start.wait()
+        allowed = 0
+        for _ in range(25):
+            throttle = TokenRateThrottle()  # on this thread's cache backend, as in a web server
+            throttle.timer = clock
+            allowed += throttle.allow_request(request, None)
+        return allowed
+
+    with ThreadPoolExecutor(8) as pool:
+        assert sum(pool.map(ask, range(8))) == 50
+    assert redis_cache.get(f"throttle_token_token-7:{int(clock.at // 60)}") == 50
+
+
+def test_a_token_holds_two_small_integers_whatever_the_rate(redis_cache, alice, settings):
+    settings.ACCELPLANE_API_RATE = "100000/min"
+    for _ in range(200):
+        assert alice.get("/api/v1/me").status_code == 200
+    client = redis_cache._cache.get_client()
+    keys = client.keys("*throttle*")
+    assert 1 <= len(keys) <= 2  # this minute's counter, and the last one's if a minute began
+    assert sum(int(client.get(key)) for key in keys) == 200
+    assert all(client.type(key) == b"string" and client.strlen(key) <= 3 for key in keys)
+    assert all(0 < client.ttl(key) <= 120 for key in keys)
