@@ -31,6 +31,13 @@ class Event(models.Model):
         # is found among that object's events, not among every event of the kind.
         indexes = [
             models.Index(fields=["cluster", "kind", "object_key", "id"], name="event_object_idx"),
+            # Its events of a kind since an instant (live.py's recent `workload.progress` of each
+            # running job) without reading the older ones, however long the job ran; and, by its
+            # first two columns, an object's events of any kind (its timeline and API page).
+            # The one above keeps serving "the latest by id".
+            models.Index(
+                fields=["cluster", "object_key", "kind", "at"], name="event_object_at_idx"
+            ),
             # The sequencer's work list: a handful of rows at any time, however long the log.
             models.Index(fields=["id"], condition=Q(seq__isnull=True), name="event_unnumbered_idx"),
         ]
