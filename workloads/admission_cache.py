@@ -6,6 +6,8 @@ workloads of the cluster to find each LocalQueue's heads: the cost grew with the
 the runs. Here a cluster's pending workloads stay sorted per LocalQueue, and each run re-reads
 only the rows that database triggers noted as changed (`WorkloadChange`), whoever wrote them:
 this process's own admissions, the simulated cluster, submissions, watches and the API alike.
+A change that only parked or unparked a workload carries the new value, and is applied here
+without reading the row.
 
 The database stays the source of truth. A cluster this process has not read yet, or whose
 changes another process consumed since (`AdmissionCacheOwner`), is read in full. Only a caller
@@ -27,7 +29,7 @@ from django.db.models import Q, QuerySet
 
 from clusters.models import Cluster
 from workloads.models import AdmissionCacheOwner, Workload, WorkloadChange
-from workloads.snapshot import WAITING, WorkloadRow, query_active_rows, read_rows
+from workloads.snapshot import WorkloadRow, query_active_rows, read_rows
 
 # A row as `read_rows` returns it, then whether it is active and when its back-off ends.
 _CachedRow = tuple[WorkloadRow, bool, datetime | None]
@@ -37,6 +39,8 @@ _QueueKey = tuple[str, str]
 _Entry = tuple[tuple[bool, int, datetime, str], int]
 
 _READ_CHUNK = 1000
+_PARKED = 11  # `parked` in a WorkloadRow (snapshot._WORKLOAD_COLUMNS)
+PENDING = Q(phase=Workload.Phase.PENDING)
 
 
 class CacheDrift(AssertionError):
@@ -46,8 +50,9 @@ class CacheDrift(AssertionError):
 @dataclass
 class _ClusterWorkloads:
     token: str
-    rows: dict[int, WorkloadRow] = field(default_factory=dict)
-    """Every workload holding quota or waiting in a LocalQueue, by primary key."""
+    rows: dict[int, _CachedRow] = field(default_factory=dict)
+    """Every workload holding quota or pending (parked, deactivated or in a back-off too, so
+    that parking changes apply here), by primary key."""
     holding: set[int] = field(default_factory=set)
     queues: dict[_QueueKey, list[_Entry]] = field(default_factory=dict)
     """Waiting workloads per (namespace, LocalQueue name), in queue order."""
@@ -56,16 +61,25 @@ class _ClusterWorkloads:
     def put(self, cached: _CachedRow) -> None:
         row, active, requeue_at = cached
         pk, namespace, name, queue, priority, queued_at = row[:6]
-        preempting, parked, phase = row[10], row[11], row[12]
+        preempting, parked, phase = row[10], row[_PARKED], row[12]
         if phase in Workload.HOLDING_QUOTA:
             self.holding.add(pk)
-        elif phase == Workload.Phase.PENDING and active and not parked and requeue_at is None:
+        elif phase != Workload.Phase.PENDING:
+            return
+        elif active and not parked and requeue_at is None:
             entry = ((not preempting, -priority, queued_at, name), pk)
             insort(self.queues.setdefault((namespace, queue), []), entry)
             self.entries[pk] = ((namespace, queue), entry)
-        else:
-            return
-        self.rows[pk] = row
+        self.rows[pk] = cached
+
+    def park(self, pk: int, parked: bool) -> bool:
+        """Apply a change of `parked` alone; False when the row is not here to change."""
+        if (cached := self.rows.get(pk)) is None:
+            return False
+        row, active, requeue_at = cached
+        self.forget(pk)
+        self.put(((*row[:_PARKED], parked, *row[_PARKED + 1 :]), active, requeue_at))
+        return True
 
     def forget(self, pk: int) -> None:
         if self.rows.pop(pk, None) is None:
@@ -82,7 +96,7 @@ class _ClusterWorkloads:
         pks = set(self.holding)
         for queue in self.queues.values():
             pks.update(pk for _, pk in queue[:heads_per_queue])
-        return [self.rows[pk] for pk in sorted(pks)]
+        return [self.rows[pk][0] for pk in sorted(pks)]
 
 
 _clusters: dict[int, _ClusterWorkloads] = {}
@@ -106,7 +120,10 @@ def _current(cluster_id: int) -> _ClusterWorkloads:
     owner = AdmissionCacheOwner.objects.filter(cluster_id=cluster_id).values_list("token")
     if cached is None or owner.first() != (cached.token,):
         return _reload(cluster_id)
-    if changed := _consume_changes(cluster_id):
+    changed, parked = _consume_changes(cluster_id)
+    changed += [pk for pk, value in parked.items() if not cached.park(pk, value)]
+    if changed:
+        changed.sort()
         fresh = _read(Workload.objects.filter(pk__in=chunk) for chunk in _chunks(changed))
         for pk in changed:
             cached.forget(pk)
@@ -121,7 +138,7 @@ def _reload(cluster_id: int) -> _ClusterWorkloads:
     # Consumed before the read: a change committed in between is read now and again next time.
     _consume_changes(cluster_id)
     cached = _ClusterWorkloads(token)
-    rows = Workload.objects.filter(Q(phase__in=Workload.HOLDING_QUOTA) | WAITING)
+    rows = Workload.objects.filter(Q(phase__in=Workload.HOLDING_QUOTA) | PENDING)
     for row in _read([rows.filter(cluster_id=cluster_id)]):
         cached.put(row)
     _clusters[cluster_id] = cached
@@ -136,16 +153,25 @@ def forget_cluster(cluster_id: int) -> None:
     _clusters.pop(cluster_id, None)
 
 
-def _consume_changes(cluster_id: int) -> list[int]:
-    """Deletes the cluster's noted changes and returns their workloads, in one statement: only
-    what it deletes is read, so a change committed meanwhile stays for the next call."""
+def _consume_changes(cluster_id: int) -> tuple[list[int], dict[int, bool]]:
+    """Deletes the cluster's noted changes, in one statement (only what it deletes is read, so
+    a change committed meanwhile stays for the next call), and returns the workloads to read
+    again, and those whose changes since the last call only set `parked`, with its value."""
     table = connection.ops.quote_name(WorkloadChange._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"DELETE FROM {table} WHERE cluster_id = %s RETURNING workload_id",  # noqa: S608
+            f"DELETE FROM {table} WHERE cluster_id = %s "  # noqa: S608
+            "RETURNING id, workload_id, parked",
             [cluster_id],
         )
-        return sorted({pk for (pk,) in cursor.fetchall()})
+        changes = sorted(cursor.fetchall())
+    read, parked = set(), {}
+    for _, pk, value in changes:  # in the order they were made
+        if value is None:
+            read.add(pk)
+        elif pk not in read:
+            parked[pk] = bool(value)
+    return sorted(read), {pk: v for pk, v in parked.items() if pk not in read}
 
 
 def _read(querysets: Iterable[QuerySet[Workload]]) -> list[_CachedRow]:

@@ -471,6 +471,11 @@ class WorkloadChange(models.Model):
     # Plain integers, not foreign keys: a deleted workload's (or cluster's) change outlives it.
     cluster_id = models.BigIntegerField()
     workload_id = models.BigIntegerField()
+    parked = models.BooleanField(null=True)
+    """The new value when an update changed nothing admission reads but `parked` (migration
+    0013): the cache flips it in memory. Kueue moves inadmissible workloads back to their
+    queues after every release of capacity, and they are parked again at the next run: most
+    changes of a busy cluster are these two."""
 
     class Meta:
         indexes = [models.Index(fields=["cluster_id", "id"], name="workload_change_idx")]

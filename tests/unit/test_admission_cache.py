@@ -7,10 +7,13 @@ Both databases: CI runs this file on SQLite and on PostgreSQL, whose triggers di
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from tests.support import NAMESPACE, at, job
 from workloads import admission, admission_cache, runtime, services
 from workloads.models import AdmissionCacheOwner, Workload, WorkloadChange
+from workloads.snapshot import HEADS_PER_QUEUE, query_active_rows
 
 
 def _changes(cluster) -> list[int]:
@@ -117,3 +120,64 @@ def test_verification_fails_when_the_cache_and_the_database_disagree(gpu_queues)
 
     # The drifted cache is dropped: the next run reads the cluster afresh.
     admission.admit_pending(gpu_queues, at(seconds=2))
+
+
+def _noted(cluster) -> list[tuple[int, bool | None]]:
+    return list(
+        WorkloadChange.objects.filter(cluster_id=cluster.pk)
+        .order_by("pk")
+        .values_list("workload_id", "parked")
+    )
+
+
+def test_a_change_that_only_parks_or_unparks_carries_the_new_value(gpu_queues):
+    row = _submit(gpu_queues, "noted", gpus=2)
+    WorkloadChange.objects.all().delete()
+
+    Workload.objects.filter(pk=row.pk).update(parked=True)
+    Workload.objects.filter(pk=row.pk).update(parked=False)
+    Workload.objects.filter(pk=row.pk).update(parked=True, pending_reason="NoFit")
+    Workload.objects.filter(pk=row.pk).update(priority=row.priority + 1)
+
+    assert _noted(gpu_queues) == [(row.pk, True), (row.pk, False), (row.pk, None), (row.pk, None)]
+
+
+def test_parking_and_unparking_reach_the_cache_without_reading_the_rows(gpu_queues, unverified):
+    """Every release of capacity unparks the cluster's inadmissible workloads and the next run
+    parks most of them again: the cache applies both from the change rows alone."""
+    _submit(gpu_queues, "big", gpus=6)
+    admission.admit_pending(gpu_queues, at())
+    small = _submit(gpu_queues, "small", gpus=2)
+    admission.admit_pending(gpu_queues, at())
+    small.refresh_from_db()
+    assert small.parked
+    admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE)  # reads it: its reason is new
+
+    def cached_rows() -> list[tuple]:
+        with CaptureQueriesContext(connection) as queries:
+            rows = admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE)
+        assert not [q["sql"] for q in queries if 'FROM "workloads_workload"' in q["sql"]]
+        assert rows == query_active_rows(gpu_queues, HEADS_PER_QUEUE)
+        return rows
+
+    runtime.unpark(gpu_queues)
+    assert small.pk in [row[0] for row in cached_rows()]
+
+    admission.admit_pending(gpu_queues, at(seconds=1))  # parked again, for the same reason
+    assert _noted(gpu_queues) == [(small.pk, True)]
+    assert small.pk not in [row[0] for row in cached_rows()]
+
+
+def test_a_parking_change_after_another_change_reads_the_row(gpu_queues, unverified):
+    _submit(gpu_queues, "big", gpus=6)
+    admission.admit_pending(gpu_queues, at())
+    small = _submit(gpu_queues, "small", gpus=2)
+    admission.admit_pending(gpu_queues, at())
+
+    Workload.objects.filter(pk=small.pk).update(priority=small.priority + 5, parked=False)
+    Workload.objects.filter(pk=small.pk).update(parked=True)
+    Workload.objects.filter(pk=small.pk).update(parked=False)
+    rows = admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE)
+
+    assert rows == query_active_rows(gpu_queues, HEADS_PER_QUEUE)
+    assert [row[4] for row in rows if row[0] == small.pk] == [small.priority + 5]
