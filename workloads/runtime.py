@@ -8,14 +8,17 @@ virtual hours cost little.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, F, Field, Max, Min, Q, QuerySet
+from django.db.models import Count, F, Field, Max, Min, Q, QuerySet, TextField
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 
 import scheduler
 from clusters.models import Cluster, Node
@@ -384,29 +387,36 @@ def _promote_checked(cluster: Cluster, now: datetime) -> bool:
 def _bind_pods(cluster: Cluster, now: datetime) -> bool:
     if not Node.objects.filter(cluster=cluster, ready=True).exists():
         return False
+    # Tuples, not model instances (thousands a round), and the scheduling fields as text: a
+    # job's pods mostly share theirs, decoded once (`_pods`).
     waiting = list(
         Pod.objects.filter(cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=True)
-        .select_related("owner")
-        .only("name", "scheduling", "created_at", "owner", "owner__simulation")
         .order_by("created_at", "name")
+        .values_list(
+            "pk",
+            "name",
+            "owner_id",
+            Cast("scheduling", TextField()),
+            "owner__simulation__startup",
+        )
     )
     if not waiting:
         return False
     fleet = cluster_nodes(cluster.pk)
     nodes = [n for n in fleet.nodes if n.ready]
-    candidates = [_pod(p) for p in waiting]
+    candidates = _pods((name, text) for _, name, _, text, _ in waiting)
     nodes = _reachable(nodes, candidates)
     owners = exclusive_owners(cluster) if any(p.exclusive for p in candidates) else None
     bindings = scheduler.place(nodes, _node_usage(cluster, nodes, fleet.ids), candidates, owners)
     # One statement for all of them (not one per node and startup time: hundreds a round).
     bound: list[tuple[int, int, datetime, datetime]] = []  # pod, node, bound_at, ready_at
     touched: set[int] = set()
-    for pod in waiting:
-        target = bindings.get(pod.name)
+    for pk, name, owner_id, _, startup in waiting:
+        target = bindings.get(name)
         if target is not None:
-            ready_at = now + timedelta(seconds=pod.owner.simulation.get("startup", 30))
-            bound.append((pod.pk, fleet.ids[target], now, ready_at))
-            touched.add(pod.owner_id)
+            ready_at = now + timedelta(seconds=30 if startup is None else startup)
+            bound.append((pk, fleet.ids[target], now, ready_at))
+            touched.add(owner_id)
     live.touch(touched)
     bulk.update_rows(Pod, "pk", ["node", "bound_at", "ready_at"], bound)
     return bool(bound)
@@ -419,7 +429,7 @@ def unplaced(cluster: Cluster, waiting: Sequence[Pod]) -> list[dict[str, Any]]:
     if not waiting:
         return []
     fleet = cluster_nodes(cluster.pk)
-    candidates = [_pod(p) for p in waiting]
+    candidates = [_pod(p.name, p.scheduling) for p in waiting]
     owners = exclusive_owners(cluster) if any(p.exclusive for p in candidates) else None
     used = _node_usage(cluster, fleet.nodes, fleet.ids)
     by_reason: dict[str, list[str]] = defaultdict(list)
@@ -450,25 +460,47 @@ def _node_usage(
     ).order_by()
     if len(nodes) < len(ids):
         bound = bound.filter(node_id__in=[ids[n.name] for n in nodes])
+    # Counted per node and distinct requests, in the database: a node's pods mostly ask alike,
+    # so a few rows (and decodings) stand for thousands of pods.
+    alike = (
+        bound.values("node__name", requests=KT("scheduling__requests"))
+        .annotate(count=Count("pk"))
+        .values_list("node__name", "requests", "count")
+    )
     used: dict[str, dict[str, int]] = defaultdict(dict)
-    for name, requests in bound.values_list("node__name", "scheduling__requests"):
+    for name, text, count in alike:
         node_used = used[name]
-        for resource, amount in requests.items():
-            node_used[resource] = node_used.get(resource, 0) + amount
-        node_used["pods"] = node_used.get("pods", 0) + 1000
+        for resource, amount in json.loads(text).items():
+            node_used[resource] = node_used.get(resource, 0) + amount * count
+        node_used["pods"] = node_used.get("pods", 0) + 1000 * count
     return used
 
 
-def _pod(pod: Pod) -> scheduler.Pod:
-    spec = pod.scheduling
-    return scheduler.Pod(
-        key=pod.name,
-        requests=spec["requests"],
-        node_selector=spec.get("node_selector") or {},
-        required_affinity=affinity(spec.get("required_node_affinity") or ()),
-        tolerations=tuple(toleration(t) for t in spec.get("tolerations") or ()),
-        exclusive=_exclusive(spec.get("exclusive")),
-    )
+def _pods(rows: Iterable[tuple[str, str]]) -> list[scheduler.Pod]:
+    """Pods from (name, scheduling fields as JSON text) rows; each distinct text decoded once."""
+    shapes: dict[str, dict[str, Any]] = {}
+    candidates = []
+    for name, text in rows:
+        shape = shapes.get(text)
+        if shape is None:
+            shape = shapes[text] = _shape(json.loads(text))
+        candidates.append(scheduler.Pod(key=name, **shape))
+    return candidates
+
+
+def _pod(name: str, spec: Mapping[str, Any]) -> scheduler.Pod:
+    return scheduler.Pod(key=name, **_shape(spec))
+
+
+def _shape(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod's scheduler fields but its name, from its scheduling fields."""
+    return {
+        "requests": spec["requests"],
+        "node_selector": spec.get("node_selector") or {},
+        "required_affinity": affinity(spec.get("required_node_affinity") or ()),
+        "tolerations": tuple(toleration(t) for t in spec.get("tolerations") or ()),
+        "exclusive": _exclusive(spec.get("exclusive")),
+    }
 
 
 def _exclusive(value: Mapping[str, str] | None) -> tuple[str, str] | None:
