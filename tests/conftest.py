@@ -28,9 +28,13 @@ def gpu_queues(cluster):
 
 
 @pytest.fixture
-def short_lived_connections():
-    """Consumers read the database from a thread pool; with persistent connections
-    (CONN_MAX_AGE) those threads would keep the test database open past its teardown."""
+async def short_lived_connections():
+    """Consumers read the database in asgiref's one thread for sync code, which outlives
+    the test. Channels' test communicators turn close_old_connections off while a test
+    awaits them, so that thread keeps the last connection it took (from the pool, or a
+    persistent one with CONN_MAX_AGE) and the test database could not be dropped at the end
+    of the run: closed in that thread after each test."""
+    from asgiref.sync import sync_to_async
     from django.db import connections
 
     settings_dict = connections["default"].settings_dict
@@ -38,6 +42,7 @@ def short_lived_connections():
     settings_dict["CONN_MAX_AGE"] = 0
     yield
     settings_dict["CONN_MAX_AGE"] = before
+    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture(autouse=True)
