@@ -30,9 +30,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, IntegerField, Max, Q, Sum
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
+from django.db.models import Max
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from clusters import live as cluster_live
 from clusters.catalog import GPU_RESOURCE, TPU_RESOURCE
@@ -53,6 +52,8 @@ COUNTS = ("pods", "bound", "running", "ready", "gpus", "tpus")
 # usage_history) adds up one query's events without looking further back.
 HELD = {"gpus": GPU_RESOURCE, "tpus": TPU_RESOURCE}
 CHANGES = tuple(f"{name}_change" for name in HELD)
+# An owner without pods.
+NO_PODS = {**dict.fromkeys(COUNTS, 0), "workload": ""}
 HOLDING_NODE = (Pod.Phase.PENDING, Pod.Phase.RUNNING)
 # Keys per `object_key__in` query: below SQLite's smallest bound on query variables (999).
 CHUNK = 500
@@ -84,51 +85,70 @@ def touch(owner_ids: Iterable[int]) -> None:
         owners.update(owner_ids)
 
 
-def _requested(resource: str, where: Q) -> Sum:
-    """The pods' requests of `resource` (milli-units), summed in the database."""
-    return Sum(Cast(KT(f"scheduling__requests__{resource}"), IntegerField()), filter=where)
+def _held(resource: str) -> KeyTextTransform:
+    """A pod's request of `resource` (milli-units), read from its owner's row."""
+    return KeyTextTransform(resource, KeyTransform("requests", "pods__scheduling"))
 
 
-def pod_counts(
-    cluster: Cluster, owner_ids: Iterable[int] | None = None
-) -> dict[int, dict[str, Any]]:
-    """Per owner: its pods, those bound to a node, running (ready on a node, as the pages
-    count them) and ready, the GPUs and TPU chips its bound pods request; `workload` names
-    its Kueue workload when its pods have one only."""
+def _owners(
+    cluster: Cluster, owner_ids: Iterable[int] | None
+) -> dict[int, tuple[str, str, dict[str, Any]]]:
+    """The owners (all of the cluster's: None): key, namespace and pod counts, i.e. its
+    pods, those bound to a node, running (ready on a node, as the pages count them) and ready,
+    the GPUs and TPU chips its bound pods request; `workload` names its Kueue workload when its
+    pods have one only. One row per pod, added up here: for a round's few owners, building
+    the database's aggregates cost more than running them."""
     if owner_ids is None:
-        rows = Pod.objects.filter(cluster=cluster)
+        owners = KubeObject.objects.filter(cluster=cluster, kind__in=WORKLOAD_KINDS)
     else:
-        # The owners' pods alone, by the owner index. The owners are the cluster's, and so
-        # are their pods: filtering by cluster too would lead SQLite to walk every pod the
-        # cluster ever had, finished jobs' included.
-        rows = Pod.objects.filter(owner_id__in=list(owner_ids))
-    on_node = Q(node__isnull=False, phase__in=HOLDING_NODE)
-    counted = (
-        rows.order_by()
-        .values("owner_id")
-        .annotate(
-            pods=Count("pk"),
-            bound=Count("pk", filter=on_node),
-            running=Count("pk", filter=on_node & Q(phase=Pod.Phase.RUNNING, ready=True)),
-            ready=Count("pk", filter=Q(ready=True)),
-            workloads=Count("workload", distinct=True),
-            workload=Max("workload__name"),
-            gpus=_requested(GPU_RESOURCE, on_node),
-            tpus=_requested(TPU_RESOURCE, on_node),
-        )
+        # By primary key alone, their pods by the owner index; the cluster and kind are checked
+        # below: with them in the query, SQLite would walk all of the cluster's owners of these
+        # kinds by the (cluster, kind, namespace, name) index.
+        owners = KubeObject.objects.filter(pk__in=list(owner_ids))
+    rows = owners.order_by().values_list(
+        "pk",
+        "cluster_id",
+        "kind",
+        "namespace",
+        "name",
+        "pods__phase",
+        "pods__node_id",
+        "pods__ready",
+        "pods__workload_id",
+        "pods__workload__name",
+        *(_held(resource) for resource in HELD.values()),
     )
-    return {
-        row["owner_id"]: {
-            "pods": row["pods"],
-            "bound": row["bound"],
-            "running": row["running"],
-            "ready": row["ready"],
-            "gpus": (row["gpus"] or 0) // 1000,
-            "tpus": (row["tpus"] or 0) // 1000,
-            "workload": row["workload"] if row["workloads"] == 1 else "",
-        }
-        for row in counted
-    }
+    found: dict[int, tuple[str, str, dict[str, Any]]] = {}
+    workloads: dict[int, dict[int, str]] = defaultdict(dict)
+    for pk, cluster_id, kind, ns, name, phase, node, ready, workload, workload_name, *held in rows:
+        if cluster_id != cluster.pk or kind not in WORKLOAD_KINDS:
+            continue
+        if pk not in found:
+            found[pk] = (f"{kind}/{ns}/{name}", ns, dict(NO_PODS))
+        if phase is None:
+            continue  # no pods (a pod always has a phase)
+        _count(found[pk][2], phase, node, ready, held)
+        if workload is not None:
+            workloads[pk][workload] = workload_name
+    for pk, (_, _, owner) in found.items():
+        for count in HELD:
+            owner[count] //= 1000
+        if len(workloads[pk]) == 1:
+            (owner["workload"],) = workloads[pk].values()
+    return found
+
+
+def _count(
+    counts: dict[str, Any], phase: str, node: int | None, ready: bool, held: list[Any]
+) -> None:
+    """Adds a pod to its owner's counts (`held`: its requests of HELD's resources)."""
+    counts["pods"] += 1
+    counts["ready"] += ready
+    if node is not None and phase in HOLDING_NODE:
+        counts["bound"] += 1
+        counts["running"] += phase == Pod.Phase.RUNNING and ready
+        for count, amount in zip(HELD, held, strict=True):
+            counts[count] += int(amount or 0)
 
 
 def _last_reported(cluster: Cluster, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -150,29 +170,19 @@ def _last_reported(cluster: Cluster, keys: Sequence[str]) -> dict[str, dict[str,
 
 def report_pods(cluster: Cluster, now: datetime, owner_ids: Iterable[int] | None = None) -> None:
     """`workload.pods` for the owners (all of the cluster's: None) whose counts changed."""
-    owners = KubeObject.objects.filter(cluster=cluster, kind__in=WORKLOAD_KINDS)
-    if owner_ids is not None:
-        owners = owners.filter(pk__in=list(owner_ids))
-    found = {
-        pk: (kind, ns, name)
-        for pk, kind, ns, name in owners.values_list("pk", "kind", "namespace", "name")
-    }
+    found = _owners(cluster, owner_ids)
     if not found:
         return
-    counts = pod_counts(cluster, found if owner_ids is not None else None)
-    keys = {pk: f"{kind}/{ns}/{name}" for pk, (kind, ns, name) in found.items()}
-    reported = _last_reported(cluster, sorted(keys.values()))
-    none = {**dict.fromkeys(COUNTS, 0), "workload": ""}
+    reported = _last_reported(cluster, sorted(key for key, _, _ in found.values()))
     changed = []
-    for pk, key in keys.items():
-        now_counts = counts.get(pk, none)
+    for key, namespace, now_counts in found.values():
         before = reported.get(key)
         if before is None and not now_counts["pods"]:
             continue  # never had pods: nothing to say
         if before is None or any(before.get(c) != now_counts[c] for c in COUNTS):
             held_before = before or {}
             change = {f"{n}_change": now_counts[n] - held_before.get(n, 0) for n in HELD}
-            changed.append((key, found[pk][1], {**now_counts, **change}))
+            changed.append((key, namespace, {**now_counts, **change}))
     changed.sort()
     limit = settings.ACCELPLANE_LIVE_OWNER_EVENTS
     events = [_owner_event(cluster, now, key, ns, c) for key, ns, c in changed[:limit]]

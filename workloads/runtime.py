@@ -101,6 +101,7 @@ def _due(cluster: Cluster, now: datetime) -> _Due:
     at = Pod._meta.get_field("ready_at").get_db_prep_value(now, connection)
     pk, admitted, pending = cluster.pk, Workload.Phase.ADMITTED, Workload.Phase.PENDING
     pod_of_w = f"SELECT 1 FROM {pods_} p WHERE p.workload_id = w.id"
+    not_ready = f"{pod_of_w} AND NOT p.ready"
     in_training = ", ".join(["%s"] * len(TRAINING_KINDS))
     # As `_waiting_for_pods_ready`.
     waiting = (
@@ -129,11 +130,13 @@ def _due(cluster: Cluster, now: datetime) -> _Due:
             " AND p.ready_at <= %s",
             [pk, Pod.Phase.PENDING, at],
         ),
-        # `_track_pods_ready` flips pods_ready where it differs from "has pods, all ready",
-        # i.e. where it equals "no pods, or one not ready".
+        # `_track_pods_ready` flips pods_ready where it differs from "has pods, all ready":
+        # true and "one not ready, or no pods", false and "none not ready, and some". Tested
+        # apart, so that each row looks up its pods once or twice, as its flag needs.
         (
             f"{workloads} w WHERE w.cluster_id = %s AND w.phase = %s AND NOT w.evicting"
-            f" AND w.pods_ready = (NOT EXISTS ({pod_of_w}) OR EXISTS ({pod_of_w} AND NOT p.ready))",
+            f" AND (w.pods_ready AND (EXISTS ({not_ready}) OR NOT EXISTS ({pod_of_w}))"
+            f" OR NOT w.pods_ready AND NOT EXISTS ({not_ready}) AND EXISTS ({pod_of_w}))",
             [pk, admitted],
         ),
         (
