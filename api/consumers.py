@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -79,10 +80,20 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
 
     async def recheck_often(self) -> None:
         interval = float(settings.ACCELPLANE_EVENTS_RECHECK_SECONDS)
+        await _spread(interval)
         while not self.signed_out:
             await asyncio.sleep(interval)
+            # Read outside the lock (see `poll`): events sent meanwhile go out as they would
+            # have just before this re-check. An access change re-checked meanwhile is newer.
+            caller = self.caller
+            checked = await database_sync_to_async(still_signed_in)(self.credential)
             async with self.lock:
-                await self._recheck()
+                if self.signed_out or caller is not self.caller:
+                    continue
+                if checked is None:
+                    await self._sign_out()
+                else:
+                    self.caller = checked
 
     async def _recheck(self) -> None:
         """Held under the lock: no event goes out between a change and its re-check."""
@@ -97,6 +108,16 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
             self.signed_out = True
             await self.close(code=UNAUTHORIZED)
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels' dispatch first closes stale database connections, in the one thread all
+        # of the process's sync calls share: each event to each socket queued there behind
+        # the other sockets' reads. An event reads the database only in `_catch_up`, through
+        # database_sync_to_async, which closes them itself.
+        if message["type"] == "event.created":
+            await self.event_created(message)
+        else:
+            await super().dispatch(message)
+
     async def event_created(self, message: dict[str, Any]) -> None:
         """A committed event, from the channel layer."""
         event = message["event"]
@@ -110,9 +131,22 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
 
     async def poll(self) -> None:
         interval = float(getattr(settings, "ACCELPLANE_EVENTS_POLL_SECONDS", 1.0))
+        await _spread(interval)
         while not self.signed_out:
             await asyncio.sleep(interval)
-            await self.catch_up()
+            # Read outside the lock: the read waits its turn in the one thread all of the
+            # process's sync calls share, and the layer's events would wait behind it. It
+            # holds every visible event from `last_seq` up to its last one (seqs become
+            # visible in order), so what the layer sent meanwhile is only skipped.
+            caller = self.caller
+            batch = await database_sync_to_async(self._read)(caller, self.last_seq)
+            async with self.lock:
+                if caller is not self.caller or len(batch) == BATCH:
+                    await self._catch_up()  # read again: access changed, or there is more
+                    continue
+                for event in batch:
+                    if event["seq"] > self.last_seq and not self.signed_out:
+                        await self._send(event)
 
     async def catch_up(self) -> None:
         async with self.lock:
@@ -120,7 +154,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
 
     async def _catch_up(self) -> None:
         while not self.signed_out:
-            batch = await database_sync_to_async(self._read)(self.last_seq)
+            batch = await database_sync_to_async(self._read)(self.caller, self.last_seq)
             for event in batch:
                 await self._send(event)
             if len(batch) < BATCH:
@@ -131,13 +165,20 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
         if is_visible(self.caller, event):
             await self.send_json({"type": "event", "event": shown_event(self.caller, event)})
 
-    def _read(self, after: int) -> list[dict[str, Any]]:
+    @staticmethod
+    def _read(caller: Scope, after: int) -> list[dict[str, Any]]:
         # Committed events are numbered by their writer (or beat), not by every socket's poll:
         # hundreds of sockets would each ask every second whether any are left, and contend
         # for the event log's lock to number them.
         numbered = Event.objects.filter(seq__gt=after)
-        rows = visible_events(self.caller, numbered).order_by("seq")[:BATCH]
+        rows = visible_events(caller, numbered).order_by("seq")[:BATCH]
         return [serialize(row) for row in rows]
+
+
+async def _spread(interval: float) -> None:
+    """Sockets opened together would poll together, a burst of reads every interval that
+    events queue behind: each starts its timer at a random point of the first interval."""
+    await asyncio.sleep(random.uniform(0, interval))
 
 
 def _after(query_string: bytes) -> int:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
@@ -14,7 +17,7 @@ from django.utils import timezone
 
 from api.consumers import UNAUTHORIZED, EventsConsumer
 from events.models import Event
-from events.services import record_event
+from events.services import EVENTS_GROUP, record_event, serialize
 from teams import services as teams
 
 pytestmark = [
@@ -120,3 +123,24 @@ async def test_a_browser_that_reconnects_with_its_last_seq_misses_nothing(people
     await asyncio.sleep(0.1)  # polls while idle send nothing twice
     assert await again.receive_nothing(timeout=0.2)
     await again.disconnect()
+
+
+async def test_live_events_never_wait_for_the_thread_that_reads_the_database(people, settings):
+    """Every socket's reads share one sync thread per process: a live event that waited for
+    it (as Channels' dispatch makes every message wait) would queue behind all of them."""
+    settings.ACCELPLANE_EVENTS_POLL_SECONDS = 600  # only the layer delivers it
+    communicator, _, _ = await connect(people["alice"])
+    await receive_until_caught_up(communicator)
+    seq = await database_sync_to_async(write)("llm", publish=False)
+    event = serialize(await Event.objects.aget(seq=seq))
+    release = threading.Event()
+    busy = asyncio.ensure_future(sync_to_async(release.wait)())
+    try:
+        await get_channel_layer().group_send(
+            EVENTS_GROUP, {"type": "event.created", "event": event}
+        )
+        assert await receive_events(communicator, 1) == [event]
+    finally:
+        release.set()
+        await busy
+    await communicator.disconnect()
