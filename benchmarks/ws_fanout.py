@@ -20,6 +20,7 @@ import json
 import multiprocessing
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import tempfile
@@ -92,11 +93,33 @@ def fresh_stores() -> None:
 
 
 def start_web_servers() -> list[subprocess.Popen[bytes]]:
-    from controlplane.run import commands
+    """`make stack`'s two web processes, with the ASGI server ACCELPLANE_WEB_SERVER names."""
+    from controlplane.run import commands, web_server
 
-    webs = [cmd for name, cmd in commands(2, 0).items() if name.startswith("web-")]
+    webs = [cmd for name, cmd in commands(2, 0, web_server()).items() if name.startswith("web-")]
     # Their access logs (a line per socket) go nowhere; errors still reach stderr.
-    return [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL) for cmd in webs]
+    servers = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL) for cmd in webs]
+    try:
+        for port in (PORT, PORT + 1):
+            _wait_for(port)
+    except BaseException:
+        for server in servers:
+            server.terminate()
+        raise
+    return servers
+
+
+def _wait_for(port: int, timeout: float = 60) -> None:
+    """Until the port takes connections: on a busy machine a server takes seconds to start."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no web server on port {port} after {timeout:.0f} s") from None
+            time.sleep(0.1)
 
 
 Arrivals = list[tuple[int, float]]
@@ -207,7 +230,6 @@ def main() -> None:
         target=browsers, args=(args.clients, session.session_key, connected, done, results)
     )
     try:
-        time.sleep(3)  # the servers start
         clients.start()
         if not connected.wait(timeout=60):
             raise SystemExit("the clients did not all connect within 60 s")
