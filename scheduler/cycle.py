@@ -102,14 +102,15 @@ class _Queues:
         self._lq_usage = usage  # shared with ClusterState.local_queue_usage
         self._lq_weights = snapshot.local_queue_weights
         self._heaps: dict[str, list[tuple[QueueKey, Workload]]] = {}
+        sticky = {
+            name: cq.queueing_strategy is QueueingStrategy.BEST_EFFORT_FIFO
+            for name, cq in cluster_queues.items()
+        }
         for workload in pending:
-            if workload.parked or workload.cluster_queue is None:
+            name = workload.cluster_queue
+            if workload.parked or name is None:
                 continue
-            strategy = cluster_queues[workload.cluster_queue].queueing_strategy
-            sticky = strategy is QueueingStrategy.BEST_EFFORT_FIFO
-            self._heaps.setdefault(workload.cluster_queue, []).append(
-                (queue_order(workload, sticky), workload)
-            )
+            self._heaps.setdefault(name, []).append((queue_order(workload, sticky[name]), workload))
         for heap in self._heaps.values():
             heapq.heapify(heap)
         self.removed: set[str] = set()
@@ -192,8 +193,14 @@ class _Run:
         """An admitted workload waits for its pods (Kueue's cache `WorkloadsNotReady`)."""
         self.blocked = False
         self.partial_admission = snapshot.config.partial_admission
+        self.shapes: dict[str, tuple[object, ...]] = {}
+        """`shape_of` by key of the pending workloads, which stay the same objects all run."""
         eligible = []
+        active = {name for name, cq in state.cluster_queues.items() if cq.active}
         for workload in pending:
+            if workload.cluster_queue in active:  # the common case, without a problem
+                eligible.append(workload)
+                continue
             problem = self._queue_problem(workload)
             if problem is None:
                 eligible.append(workload)
@@ -331,10 +338,9 @@ class _Run:
         self._wait(entry, f"Pending the preemption of {len(entry.targets)} workload(s)")
 
     def _fits_after(self, entry: _Entry) -> bool:
-        released = [t.workload for t in entry.targets if t.workload in self.state.admitted]
-        removed = [self.state.admitted[k] for k in released]
-        for key in released:
-            self.state.release(key)
+        removed = self.state.release_all(
+            [t.workload for t in entry.targets if t.workload in self.state.admitted]
+        )
         fits = self.state.tree.fits(
             self.state.tree.cq(entry.cq.name), entry.assignment.usage
         ) and placements_fit(
@@ -344,20 +350,16 @@ class _Run:
             self.state.nodes,
             self.state.topology.used(),
         )
-        for workload in removed:
-            self.state.hold(workload)
+        self.state.hold_all(removed)
         return fits
 
     def _without(self, claimed: dict[str, Victim], check: Callable[[], T]) -> T:
         """Evaluate `check` as if every victim claimed this cycle had released its quota."""
-        gone = [self.state.admitted[k] for k in claimed if k in self.state.admitted]
-        for workload in gone:
-            self.state.release(workload.key)
+        gone = self.state.release_all([k for k in claimed if k in self.state.admitted])
         try:
             return check()
         finally:
-            for workload in gone:
-                self.state.hold(workload)
+            self.state.hold_all(gone)
 
     def _mark_evicting(self, victims: tuple[Victim, ...]) -> None:
         for victim in victims:
@@ -418,11 +420,18 @@ class _Run:
         if entry.cq.queueing_strategy is QueueingStrategy.STRICT_FIFO:
             self.pending[workload.key] = Pending(workload.key, reason, message, False)
             return
-        shape = shape_of(workload)
+        shape = self._shape(workload)
         for other in self.queues.members(entry.cq.name):
-            if other.key == workload.key or shape_of(other) == shape:
+            if other.key == workload.key or self._shape(other) == shape:
                 self.queues.removed.add(other.key)
                 self.pending[other.key] = Pending(other.key, reason, message, True)
+
+    def _shape(self, workload: Workload) -> tuple[object, ...]:
+        # Each NoFit compares its shape with every queued workload: work each out once.
+        shape = self.shapes.get(workload.key)
+        if shape is None:
+            shape = self.shapes[workload.key] = shape_of(workload)
+        return shape
 
     def _block_behind(self, entry: _Entry) -> None:
         """Everything behind a StrictFIFO head that was not admitted waits for it."""

@@ -26,6 +26,8 @@ class _Node:
     subtree_quota: dict[FlavorResource, int] = field(default_factory=dict)
     usage: dict[FlavorResource, int] = field(default_factory=dict)
     height: int = 0
+    local_quota: dict[FlavorResource, int] = field(default_factory=dict)
+    """Quota never lent to the parent (Kueue's local quota); fixed once the tree is built."""
 
 
 def _quotas(groups: Iterable[ResourceGroup]) -> dict[FlavorResource, ResourceQuota]:
@@ -60,6 +62,8 @@ class QuotaTree:
                 self._nodes[node.parent].children.append(node.key)
         for root in [n for n in self._nodes.values() if n.parent is None]:
             self._compute_subtree(root)
+        # The structure never changes after this: paths up the tree are walked once.
+        self._ancestors = {key: self._path_up(key) for key in self._nodes}
 
     def _break_cycles(self) -> None:
         # Kueue rejects cohort cycles; a cycle that slipped in is cut so nothing loops forever.
@@ -83,13 +87,26 @@ class QuotaTree:
             for fr, amount in child.subtree_quota.items():
                 subtree[fr] = subtree.get(fr, 0) + amount - self._local_quota(child, fr)
         node.subtree_quota = subtree
+        node.local_quota = {
+            fr: max(0, subtree.get(fr, 0) - q.lending_limit)
+            for fr, q in node.quotas.items()
+            if q.lending_limit is not None
+        }
         node.height = height if node.key[0] == "cohort" else 0
 
     def copy(self) -> QuotaTree:
         clone = object.__new__(QuotaTree)
+        clone._ancestors = self._ancestors
         clone._nodes = {
             key: _Node(
-                n.key, n.parent, n.quotas, n.children, n.subtree_quota, dict(n.usage), n.height
+                n.key,
+                n.parent,
+                n.quotas,
+                n.children,
+                n.subtree_quota,
+                dict(n.usage),
+                n.height,
+                n.local_quota,
             )
             for key, n in self._nodes.items()
         }
@@ -103,16 +120,19 @@ class QuotaTree:
     def parent(self, key: NodeKey) -> NodeKey | None:
         return self._nodes[key].parent
 
-    def ancestors(self, key: NodeKey) -> list[NodeKey]:
+    def _path_up(self, key: NodeKey) -> tuple[NodeKey, ...]:
         chain = []
         parent = self._nodes[key].parent
         while parent is not None:
             chain.append(parent)
             parent = self._nodes[parent].parent
-        return chain
+        return tuple(chain)
+
+    def ancestors(self, key: NodeKey) -> tuple[NodeKey, ...]:
+        return self._ancestors[key]
 
     def root(self, key: NodeKey) -> NodeKey:
-        chain = self.ancestors(key)
+        chain = self._ancestors[key]
         return chain[-1] if chain else key
 
     def height(self, key: NodeKey) -> int:
@@ -145,10 +165,7 @@ class QuotaTree:
     # -- arithmetic --------------------------------------------------------------------------
 
     def _local_quota(self, node: _Node, fr: FlavorResource) -> int:
-        quota = node.quotas.get(fr)
-        if quota is None or quota.lending_limit is None:
-            return 0
-        return max(0, node.subtree_quota.get(fr, 0) - quota.lending_limit)
+        return node.local_quota.get(fr, 0)
 
     def local_available(self, key: NodeKey, fr: FlavorResource) -> int:
         node = self._nodes[key]
@@ -222,16 +239,15 @@ class QuotaTree:
     def add(self, key: NodeKey, usage: Mapping[FlavorResource, int], sign: int = 1) -> None:
         """Charge (sign=1) or release (sign=-1) usage on a ClusterQueue and up its cohorts."""
         for fr, amount in usage.items():
-            node_key: NodeKey | None = key
+            node: _Node | None = self._nodes[key]
             delta = sign * amount
-            while node_key is not None and delta:
-                node = self._nodes[node_key]
+            while node is not None and delta:
                 old = node.usage.get(fr, 0)
                 new = old + delta
                 node.usage[fr] = new
-                local = self._local_quota(node, fr)
+                local = node.local_quota.get(fr, 0)
                 delta = max(0, new - local) - max(0, old - local)
-                node_key = node.parent
+                node = self._nodes[node.parent] if node.parent is not None else None
 
     def remove(self, key: NodeKey, usage: Mapping[FlavorResource, int]) -> None:
         self.add(key, usage, sign=-1)

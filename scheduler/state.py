@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from scheduler.model import ClusterQueue, FlavorResource, ResourceFlavor, Snapshot, Workload
 from scheduler.quota import NodeKey, QuotaTree
 from scheduler.topology import NodeIndex, TopologyUsage, add_usage, is_tas_only, node_usage
+
+
+@dataclass(frozen=True, slots=True)
+class _Charge:
+    workload: Workload
+    quota: dict[FlavorResource, int]
+    nodes: dict[str, dict[str, int]]
+    """TAS: what its pods take per node (empty without topology assignments)."""
 
 
 class ClusterState:
@@ -28,53 +37,90 @@ class ClusterState:
         self.topologies = snapshot.topologies
         self.nodes = NodeIndex(snapshot.nodes)
         self.topology = TopologyUsage(snapshot.non_tas_usage)
-        for workload in snapshot.workloads:
-            if workload.admission is not None:
-                self.hold(workload)
+        self._roots: dict[str, NodeKey] = {}
+        self._tas_only: dict[str, tuple[ClusterQueue, bool]] = {}
+        self._charges: dict[str, _Charge] = {}
+        """Per workload key, what it holds: preemption releases and holds the same workloads
+        over and over, so it is worked out once per workload object."""
+        self.hold_all(w for w in snapshot.workloads if w.admission is not None)
 
     def cq(self, name: str) -> ClusterQueue:
         return self.cluster_queues[name]
 
     def root_of(self, cq_name: str) -> NodeKey:
-        return self.tree.root(self.tree.cq(cq_name))
+        root = self._roots.get(cq_name)
+        if root is None:
+            root = self._roots[cq_name] = self.tree.root(self.tree.cq(cq_name))
+        return root
 
     def tas_only(self, cq: ClusterQueue) -> bool:
-        return is_tas_only(cq, self.flavors, self.topologies)
+        # Flavors and topologies are fixed for the pass: once per ClusterQueue object.
+        known = self._tas_only.get(cq.name)
+        if known is None or known[0] is not cq:
+            known = self._tas_only[cq.name] = (cq, is_tas_only(cq, self.flavors, self.topologies))
+        return known[1]
 
     def hold(self, workload: Workload) -> None:
         """Charge an admitted (or admitting) workload's usage to its ClusterQueue."""
-        assert workload.admission is not None
-        self._hold_topology(workload)
-        cq_name = workload.admission.cluster_queue
-        if cq_name not in self.cluster_queues:
-            return  # its ClusterQueue was deleted: nothing left to charge
-        usage = workload.usage()
-        self.admitted[workload.key] = workload
-        self.usage[workload.key] = usage
-        self.tree.add(self.tree.cq(cq_name), usage)
-        self._by_root[self.root_of(cq_name)][cq_name].add(workload.key)
+        self.hold_all((workload,))
 
-    def _hold_topology(self, workload: Workload) -> None:
+    def _charge(self, workload: Workload) -> _Charge:
+        charge = self._charges.get(workload.key)
+        if charge is None or charge.workload is not workload:
+            charge = _Charge(workload, workload.usage(), self._node_usage(workload))
+            self._charges[workload.key] = charge
+        return charge
+
+    def _node_usage(self, workload: Workload) -> dict[str, dict[str, int]]:
         """Its pods' places on nodes (TAS), held until it is released (kueue-semantics §11)."""
         assert workload.admission is not None
         by_name = {ps.name: ps for ps in workload.pod_sets}
-        usage = add_usage(
+        return add_usage(
             *(
                 node_usage(psa.topology_assignment, by_name[psa.name], self.nodes)
                 for psa in workload.admission.pod_sets
                 if psa.topology_assignment is not None
             )
         )
-        if usage:
-            self.topology.hold(workload.key, usage)
 
     def release(self, key: str) -> None:
-        self.topology.release(key)
-        workload = self.admitted.pop(key)
-        assert workload.admission is not None
-        cq_name = workload.admission.cluster_queue
-        self.tree.remove(self.tree.cq(cq_name), self.usage.pop(key))
-        self._by_root[self.root_of(cq_name)][cq_name].discard(key)
+        self.release_all((key,))
+
+    def release_all(self, keys: Iterable[str]) -> list[Workload]:
+        """Give back what each of `keys` holds; returns the workloads, for `hold_all`. The quota
+        tree is charged once per ClusterQueue, as its usage does not depend on the order of
+        charges."""
+        released = []
+        by_cq: dict[str, dict[FlavorResource, int]] = {}
+        for key in keys:
+            self.topology.release(key)
+            workload = self.admitted.pop(key)
+            assert workload.admission is not None
+            cq_name = workload.admission.cluster_queue
+            _add_to(by_cq.setdefault(cq_name, {}), self.usage.pop(key))
+            self._by_root[self.root_of(cq_name)][cq_name].discard(key)
+            released.append(workload)
+        for cq_name, usage in by_cq.items():
+            self.tree.remove(self.tree.cq(cq_name), usage)
+        return released
+
+    def hold_all(self, workloads: Iterable[Workload]) -> None:
+        """`hold` for each of `workloads`, charging the tree once per ClusterQueue."""
+        by_cq: dict[str, dict[FlavorResource, int]] = {}
+        for workload in workloads:
+            assert workload.admission is not None
+            charge = self._charge(workload)
+            if charge.nodes:
+                self.topology.hold(workload.key, charge.nodes)
+            cq_name = workload.admission.cluster_queue
+            if cq_name not in self.cluster_queues:
+                continue  # its ClusterQueue was deleted: nothing left to charge
+            self.admitted[workload.key] = workload
+            self.usage[workload.key] = charge.quota
+            _add_to(by_cq.setdefault(cq_name, {}), charge.quota)
+            self._by_root[self.root_of(cq_name)][cq_name].add(workload.key)
+        for cq_name, usage in by_cq.items():
+            self.tree.add(self.tree.cq(cq_name), usage)
 
     def in_tree_of(self, cq_name: str) -> Iterator[Workload]:
         """Workloads holding quota anywhere in the cohort tree of `cq_name`."""
@@ -86,3 +132,8 @@ class ClusterState:
         for name, keys in self._by_root.get(self.root_of(cq_name), {}).items():
             if keys:
                 yield name, keys
+
+
+def _add_to(total: dict[FlavorResource, int], usage: Mapping[FlavorResource, int]) -> None:
+    for fr, amount in usage.items():
+        total[fr] = total.get(fr, 0) + amount

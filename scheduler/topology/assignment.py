@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 from scheduler.model import PodSet, ResourceFlavor
@@ -94,6 +95,7 @@ def _place(topology: Topology, counts: Counts, flavor: ResourceFlavor) -> Placem
     return Placement(_assignment(topology, leaves), "", flavor.name)
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and asked alike for every nomination of a shape
 def _plan(
     topology: Topology, request: TopologyRequest | None, count: int, balanced: bool
 ) -> Plan | str:

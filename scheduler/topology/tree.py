@@ -147,10 +147,11 @@ class NodeIndex(Sequence[Node]):
         lowest level is the hostname, as Kueue's scheduler simulation checks them only then."""
         by_host = levels[-1] == HOSTNAME
         tolerations = pod_set.tolerations + flavor.tolerations
-        pod = Pod("", {}, pod_set.node_selector, pod_set.required_affinity, tolerations)
-        filters = (tuple(sorted(pod.node_selector.items())), pod.required_affinity, tolerations)
-        key = (levels, tuple(sorted(flavor.node_labels.items())), filters if by_host else None)
+        selector = tuple(sorted(pod_set.node_selector.items()))
+        filters = (selector, pod_set.required_affinity, tolerations) if by_host else None
+        key = (levels, tuple(sorted(flavor.node_labels.items())), filters)
         if key not in self._trees:
+            pod = Pod("", {}, pod_set.node_selector, pod_set.required_affinity, tolerations)
             leaves = {
                 path: [n for n in nodes if not by_host or matches_node(pod, n)]
                 for path, nodes in self.in_flavor(levels, flavor).items()

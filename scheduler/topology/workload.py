@@ -112,15 +112,18 @@ def place_workload(
     ]
     result: dict[str, Placement] = {}
     assumed: dict[str, dict[str, int]] = {}
-    for unit in _placement_units(members):
+    units = _placement_units(members)
+    for number, unit in enumerate(units, 1):
         total = add_usage(used, assumed) if assumed else used
         placements = _place_unit(unit, flavors, topologies, nodes, total, balanced)
         result.update(placements)
-        for pod_set, _ in unit:
-            placed = placements[pod_set.name].assignment
-            if placed is None:
-                return result
-            assumed = add_usage(assumed, node_usage(placed, pod_set, nodes))
+        placed = [(pod_set, placements[pod_set.name].assignment) for pod_set, _ in unit]
+        if any(assignment is None for _, assignment in placed):
+            return result
+        if number < len(units):  # what this unit takes matters only to the units after it
+            assumed = add_usage(
+                assumed, *(node_usage(a, pod_set, nodes) for pod_set, a in placed if a)
+            )
     return result
 
 
