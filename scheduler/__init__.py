@@ -49,6 +49,7 @@ from scheduler.model import (
     Victim,
     Workload,
     assignment_usage,
+    node_charge,
     pod_set_request,
 )
 from scheduler.placement import Node, Pod, place, why_unplaced
@@ -113,6 +114,7 @@ __all__ = [
     "assignment_usage",
     "explain_pending",
     "find_assignment",
+    "node_charge",
     "held_quota",
     "place",
     "why_unplaced",

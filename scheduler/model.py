@@ -232,6 +232,12 @@ class Workload:
         return assignment_usage(self.pod_sets, self.admission.pod_sets)
 
 
+def node_charge(requests: Mapping[str, int]) -> dict[str, int]:
+    """What one pod asking `requests` takes of its node: its requests and exactly one of the
+    node's `pods` (the kube-scheduler counts a node's pods, not what they ask of `pods`)."""
+    return {**requests, PODS: POD}
+
+
 def pod_set_request(requests: Mapping[str, int], resource: str, count: int) -> int:
     """What `count` pods asking `requests` each take of `resource`. A ClusterQueue that
     covers `pods` counts one per pod (Kueue `flavorassigner.assignFlavors` sets the PodSet's

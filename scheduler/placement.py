@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduler.model import POD, PODS, NodeSelectorTerm, Taint, Toleration
+from scheduler.model import PODS, NodeSelectorTerm, Taint, Toleration, node_charge
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,7 @@ def fits_node(pod: Pod, node: Node, used: Mapping[str, int]) -> bool:
 
 def _shortfall(pod: Pod, node: Node, used: Mapping[str, int]) -> list[str]:
     """The resources (`pods` among them) the node has too little free of for the pod."""
-    requests = {**pod.requests, PODS: POD}
+    requests = node_charge(pod.requests)
     return [
         resource
         for resource, amount in requests.items()
@@ -138,7 +138,7 @@ class _Shape:
         usage: Mapping[str, Mapping[str, int]],
         synced: int,
     ):
-        self.charge = list({**pod.requests, PODS: POD}.items())
+        self.charge = list(node_charge(pod.requests).items())
         """What binding the pod adds to its node's usage."""
         self.needs = [(r, amount) for r, amount in self.charge if amount]
         resources = [r for r, v in pod.requests.items() if v] or [PODS]

@@ -456,7 +456,7 @@ def _reachable(nodes: list[scheduler.Node], pods: Sequence[scheduler.Pod]) -> li
 def _node_usage(
     cluster: Cluster, nodes: Sequence[scheduler.Node], ids: Mapping[str, int]
 ) -> dict[str, dict[str, int]]:
-    """Node name -> what the pods bound to it request (each pod also 1000 `pods`)."""
+    """Node name -> what the pods bound to it take (`scheduler.node_charge`)."""
     # Unordered: sorting by name would make SQLite walk every pod the cluster ever had.
     bound = Pod.objects.filter(
         cluster=cluster, phase__in=live.HOLDING_NODE, node__isnull=False
@@ -473,9 +473,8 @@ def _node_usage(
     used: dict[str, dict[str, int]] = defaultdict(dict)
     for name, text, count in alike:
         node_used = used[name]
-        for resource, amount in json.loads(text).items():
+        for resource, amount in scheduler.node_charge(json.loads(text)).items():
             node_used[resource] = node_used.get(resource, 0) + amount * count
-        node_used["pods"] = node_used.get("pods", 0) + 1000 * count
     return used
 
 

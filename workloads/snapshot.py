@@ -16,8 +16,8 @@ from django.db.models.functions import Cast, Collate, RowNumber
 import scheduler as s
 from clusters.models import Cluster, Node
 from scheduler.fairsharing import local_queue_usage
-from scheduler.model import PODS, AdmissionFairSharing, NodeSelectorTerm, SchedulingConfig
-from scheduler.topology import POD, request_from_annotations
+from scheduler.model import AdmissionFairSharing, NodeSelectorTerm, SchedulingConfig
+from scheduler.topology import request_from_annotations
 from workloads import live
 from workloads.manifests.clusterqueues import ClusterQueueSpec, CohortSpec
 from workloads.manifests.configuration import default_configuration
@@ -630,7 +630,7 @@ def _tas_workload_ids(workloads: Iterable[s.Workload], ids: Mapping[str, int]) -
 
 def non_tas_usage(cluster: Cluster, tas_ids: set[int]) -> dict[str, dict[str, int]]:
     """Node name -> what bound pods of workloads without a topology assignment take (TAS
-    accounts its own workloads from their assignments), each pod also 1000 `pods`."""
+    accounts its own workloads from their assignments), as `scheduler.node_charge` counts."""
     quote = connection.ops.quote_name
     pods, nodes = quote(Pod._meta.db_table), quote(Node._meta.db_table)
     phases = ", ".join(["%s"] * len(live.HOLDING_NODE))
@@ -659,8 +659,8 @@ def non_tas_usage(cluster: Cluster, tas_ids: set[int]) -> dict[str, dict[str, in
 
 @lru_cache(maxsize=1024)
 def _per_pod(spec: str) -> tuple[tuple[str, int], ...]:
-    """What one pod with this scheduling spec (as text) takes: its requests and 1000 `pods`."""
-    return tuple({**json.loads(spec).get("requests", {}), PODS: POD}.items())
+    """What one pod with this scheduling spec (as text) takes of its node."""
+    return tuple(s.node_charge(json.loads(spec).get("requests", {})).items())
 
 
 def node(row: Node) -> s.Node:

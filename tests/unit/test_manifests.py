@@ -785,6 +785,20 @@ def test_limits_fill_missing_requests():
     ) == {"cpu": 1000, "memory": GI * 1000}
 
 
+def test_containers_may_ask_standard_resources_hugepages_and_extended_ones():
+    container = (
+        "resources: {requests: {cpu: 1, memory: 1Gi, ephemeral-storage: 1Gi, hugepages-2Mi: 2Mi,"
+        " example.com/fpga: 1}, limits: {example.com/fpga: 1, hugepages-2Mi: 2Mi}}"
+    )
+    assert set(requests_of(container=container)) == {
+        "cpu",
+        "memory",
+        "ephemeral-storage",
+        "hugepages-2Mi",
+        "example.com/fpga",
+    }
+
+
 def test_pod_request_is_the_larger_of_containers_and_each_init_container():
     pod = """
         initContainers:
@@ -868,6 +882,16 @@ def test_job_pod_count_is_parallelism_capped_by_completions(spec, meta, count, m
             {"container": "resources: {requests: {cpu: 2}, limits: {cpu: 1}}"},
             "spec.template.spec.containers[0].resources.requests.cpu",
             "less than or equal",
+        ),
+        (
+            {"container": "resources: {requests: {cpu: 1, pods: 1}}"},
+            "spec.template.spec.containers[0].resources.requests.pods",
+            "must be a standard resource for containers",
+        ),
+        (
+            {"container": "resources: {limits: {gpu: 1}}"},
+            "spec.template.spec.containers[0].resources.limits.gpu",
+            "or an extended resource (domain/name)",
         ),
         (
             {"meta": "annotations: {kueue.x-k8s.io/job-min-parallelism: '1'}"},

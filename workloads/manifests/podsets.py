@@ -13,6 +13,7 @@ from workloads.manifests.slices import SLICE_TOPOLOGY_ANNOTATION, slice_annotati
 
 # Pod-level resources (spec.resources) may set these; they replace the containers' sum.
 _POD_LEVEL_RESOURCES = ("cpu", "memory")
+_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,15 @@ def container_requests(fields: Fields, container: Mapping[str, Any], base: str) 
         fields, fields.mapping(resources, "requests", path), join(path, "requests")
     )
     limits = _quantities(fields, fields.mapping(resources, "limits", path), join(path, "limits"))
+    for kind, given in (("requests", requests), ("limits", limits)):
+        for name in given:
+            if not _is_container_resource(name):
+                raise fields.error(
+                    join(join(path, kind), name),
+                    name,
+                    "must be a standard resource for containers (cpu, memory, "
+                    "ephemeral-storage, hugepages-<size>) or an extended resource (domain/name)",
+                )
     for name, request in requests.items():
         limit = limits.get(name)
         if limit is not None and request > limit:
@@ -165,6 +175,12 @@ def container_requests(fields: Fields, container: Mapping[str, Any], base: str) 
                 f"must equal the {name} limit: extended resources cannot be overcommitted",
             )
     return {**limits, **requests}
+
+
+def _is_container_resource(name: str) -> bool:
+    """Kubernetes' validation: an unqualified name must be a container's standard resource
+    (so not `pods`, which only a node's capacity and a quota count)."""
+    return "/" in name or name in _CONTAINER_RESOURCES or name.startswith("hugepages-")
 
 
 def is_extended_resource(name: str) -> bool:
