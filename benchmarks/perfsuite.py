@@ -216,10 +216,13 @@ class Finishes:
             return 0
         # Still running as admitted then: not evicted (and perhaps admitted again) since.
         running = Workload.objects.filter(pk__in=ended, phase=Workload.Phase.ADMITTED)
-        due_ids = [pk for pk, at in running.values_list("pk", "admitted_at") if ended[pk] == at]
-        if not due_ids:
+        due = [
+            row
+            for row in running.select_related("owner", "cluster")
+            if ended[row.pk] == row.admitted_at
+        ]
+        if not due:
             return 0
-        due = list(Workload.objects.filter(pk__in=due_ids).select_related("owner", "cluster"))
         with transaction.atomic():
             runtime.finish(due, now, Workload.Phase.FINISHED)
         return len(due)
