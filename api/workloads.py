@@ -132,9 +132,17 @@ class WorkloadViewSet(
             authorize=submission_check(request_scope(request)),
             actor=signed_in(request),
         )
-        objects = self.get_queryset().filter(
+        # Read again: admission may have changed them. Not through get_queryset: what this
+        # request wrote besides queue objects is of workload kinds, and all of it is in
+        # `cluster`; its kind filter and join cost more than the read itself.
+        written = KubeObject.objects.filter(
             pk__in=[a.pk for a in applied if a.kind not in QUEUE_KINDS]
         )
+        objects = list(
+            request_scope(request).filter(written).prefetch_related("workloads").order_by("id")
+        )
+        for obj in objects:
+            obj.cluster = cluster
         created = any(a.action == "created" for a in applied)
         body = {
             "applied": [{"key": a.key, "action": a.action} for a in applied],

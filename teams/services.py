@@ -54,8 +54,10 @@ def scope_of(user: User | AnonymousUser) -> Scope:
         return Scope(False, frozenset(), frozenset())
     if user.is_staff:
         return Scope(True, frozenset(), frozenset())
-    rows = TeamNamespace.objects.filter(team__memberships__user=user).values_list(
-        "name", "team__memberships__role"
+    rows = (
+        TeamNamespace.objects.filter(team__memberships__user=user)
+        .order_by()  # sets: the model's ordering would sort for nothing on every request
+        .values_list("name", "team__memberships__role")
     )
     readable = frozenset(name for name, _ in rows)
     writable = frozenset(name for name, role in rows if role == Membership.Role.SUBMITTER)
@@ -90,12 +92,15 @@ def issue_token(
 
 def authenticate(token: str, now: datetime | None = None) -> ApiToken | None:
     """The live token row for `token`, or None (unknown, revoked, or its user deactivated)."""
-    row = (
-        ApiToken.objects.filter(digest=_digest(token), revoked_at__isnull=True)
-        .select_related("user")
-        .first()
-    )
-    if row is None or not row.user.is_active:
+    # get(), not first(): the digest is unique, and first() would sort (by created_at) for
+    # nothing on every API request.
+    try:
+        row = ApiToken.objects.select_related("user").get(
+            digest=_digest(token), revoked_at__isnull=True
+        )
+    except ApiToken.DoesNotExist:
+        return None
+    if not row.user.is_active:
         return None
     now = now or timezone.now()
     if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
