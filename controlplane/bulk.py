@@ -17,12 +17,15 @@ not in `connection.queries` (the UPDATE is).
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Field, ForeignKey, Model
+from django.db.models.expressions import RawSQL
+from psycopg.types.json import Jsonb
 
 # A statement's size stays bounded whatever the database allows.
 MAX_ROWS_PER_STATEMENT = 1000
@@ -72,6 +75,22 @@ def insert_rows_returning_pks(
     return _insert(model, fields, rows, returning=True)[1]
 
 
+def key_set(keys: Collection[int]) -> RawSQL:
+    """`field__in=key_set(keys)`: integer keys as one parameter. A plain list of thousands
+    costs more to compile than to query: Django prepares each key, and psycopg composes a
+    placeholder each."""
+    table, param = key_table(keys, "bigint")
+    return RawSQL(f"SELECT value FROM {table}", [param])
+
+
+def key_table(keys: Collection[int] | Collection[str], db_type: str) -> tuple[str, Any]:
+    """A table `k` of one column, `value`, holding `keys` (of PostgreSQL type `db_type`), for
+    a FROM clause, and its one parameter: an array on PostgreSQL, a JSON array on SQLite."""
+    if connection.vendor == "postgresql":
+        return f"unnest(%s::{db_type}[]) AS k (value)", list(keys)
+    return "json_each(%s) AS k", json.dumps(list(keys))
+
+
 def _insert(
     model: type[Model], fields: Sequence[str], rows: Iterable[Sequence[Any]], *, returning: bool
 ) -> tuple[int, list[Any]]:
@@ -89,7 +108,7 @@ def _insert(
     suffix = f" RETURNING {quote(_name(model._meta.pk))}" if returning else ""
     return _execute(
         columns,
-        ((*row, *default_values) for row in rows),
+        ((*row, *default_values) for row in rows) if default_values else rows,
         lambda rows_sql, _: f"INSERT INTO {table} ({names}) {rows_sql}{suffix}",
         returning=returning,
         into=f"{table} ({names})",
@@ -175,12 +194,12 @@ def _copy_rows(cursor: Any, into: str, rows: Iterable[Sequence[Any]]) -> int:
 
 class _Preparer:
     """A row's values as the database takes them (`Field.get_db_prep_save`). A column repeats
-    values (one timestamp, a phase, NULL) and preparing one costs microseconds: each distinct
-    value of a column is prepared once."""
+    values (one timestamp, a phase, NULL, an event's data) and preparing one costs
+    microseconds: each distinct value of a column is prepared once."""
 
     def __init__(self, columns: Sequence[Field[Any, Any]]) -> None:
         self.columns = columns
-        self.prepared: list[dict[tuple[type, Any], Any]] = [{} for _ in columns]
+        self.prepared: list[dict[Any, Any]] = [{} for _ in columns]
         # The connection itself: each attribute of the `connection` proxy is a look-up in
         # thread-local (asgiref) storage, which preparing a value makes a few of.
         self.connection = connections[DEFAULT_DB_ALIAS]
@@ -189,14 +208,44 @@ class _Preparer:
         values = []
         db = self.connection
         for field, prepared, value in zip(self.columns, self.prepared, row, strict=True):
-            key = (type(value), value)  # by type too: True and 1 are equal, their JSON is not
+            kind = type(value)  # in the key: True and 1 are equal, their JSON is not
+            key = _json_key(value) if kind is dict or kind is list else (kind, value)
             try:
-                values.append(prepared[key])
-            except KeyError:
-                values.append(prepared.setdefault(key, field.get_db_prep_save(value, db)))
-            except TypeError:  # unhashable: a JSON object or array
-                values.append(field.get_db_prep_save(value, db))
+                result = prepared.get(key, _UNPREPARED)
+            except TypeError:  # unhashable: a tuple holding a JSON object, say
+                result = field.get_db_prep_save(value, db)
+            else:
+                if result is _UNPREPARED:
+                    result = prepared[key] = _encoded(field.get_db_prep_save(value, db))
+            values.append(result)
         return values
+
+
+_UNPREPARED = object()
+# A JSON object or array of these (keys and values) is told by their values and types alone
+# (not float: 0.0 and -0.0 are equal, their JSON is not).
+_JSON_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _json_key(value: dict[Any, Any] | list[Any]) -> Any:
+    """A JSON object or array of scalars (an event's data) by its content; any other by
+    identity, which is sound as `_execute` holds every row (no object goes and lends its id to
+    another meanwhile): rows that share one (an admission, a pod's spec) share its encoding."""
+    items = (*value, *value.values()) if isinstance(value, dict) else tuple(value)
+    types = tuple(map(type, items))
+    if not _JSON_SCALARS.issuperset(types):
+        return id(value)
+    return type(value), items, types
+
+
+def _encoded(prepared: Any) -> Any:
+    """A JSON value as psycopg takes it (`Jsonb`), encoded now: psycopg encodes its object
+    each time it is sent, so rows sharing one would each encode it again."""
+    if not isinstance(prepared, Jsonb) or prepared.dumps is None:
+        return prepared
+    data = prepared.dumps(prepared.obj)
+    encoded = data.encode() if isinstance(data, str) else data
+    return Jsonb(prepared.obj, dumps=lambda _: encoded)
 
 
 def _column(model: type[Model], name: str) -> Field[Any, Any]:

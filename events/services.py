@@ -41,6 +41,7 @@ assert [f.attname for f in EVENT_FIELDS] == [
     *("message", "data"),
 ], "Event's fields changed: new_event must set the new ones"
 EVENT_COLUMNS = [field.name for field in EVENT_FIELDS if not field.primary_key]
+_event_row = attrgetter(*EVENT_COLUMNS)
 
 
 def serialize(event: Event) -> dict[str, Any]:
@@ -106,6 +107,8 @@ def new_event(
 def _storable(value: Any) -> Any:
     """NUL characters escaped: PostgreSQL stores none in text or jsonb, and a refusal's
     message may quote one from a bad manifest (as `\\u0000`, how JSON writes it)."""
+    if _stored_as_is(value):
+        return value
     if isinstance(value, str):
         return value.replace("\x00", "\\u0000")
     if isinstance(value, dict):
@@ -113,6 +116,21 @@ def _storable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_storable(v) for v in value]
     return value
+
+
+def _stored_as_is(value: Any) -> bool:
+    """Whether `_storable` may give `value` itself, as it can nearly every event's data (no
+    copy of it): a plain str without NUL, no container, or a dict of those. A dict is always
+    `new_event`'s `**data`, its own; lists and dicts in it may be the caller's, still copied."""
+    if type(value) is dict:
+        return all(_leaf_as_is(k) and _leaf_as_is(v) for k, v in value.items())
+    return _leaf_as_is(value)
+
+
+def _leaf_as_is(value: Any) -> bool:
+    if isinstance(value, str):
+        return type(value) is str and "\x00" not in value  # escaping gives a plain str
+    return not isinstance(value, dict | list | tuple)
 
 
 _deferred = threading.local()
@@ -222,12 +240,29 @@ def _last_seq() -> int:
 def _insert(events: list[Event]) -> None:
     # Bound straight away: `bulk_create` compiled every value of every row through the ORM,
     # and most of a burst of admissions went into that.
-    rows = [[getattr(event, name) for name in EVENT_COLUMNS] for event in events]
-    for event, pk in zip(
-        events, bulk.insert_rows_returning_pks(Event, EVENT_COLUMNS, rows), strict=True
-    ):
+    rows = list(map(_event_row, events))
+    alias = connection.alias
+    for event, pk in zip(events, _inserted_pks(events, rows), strict=True):
         event.pk = pk
-        event._state.adding, event._state.db = False, connection.alias
+        event._state.adding, event._state.db = False, alias
+
+
+def _inserted_pks(events: list[Event], rows: list[tuple[Any, ...]]) -> list[int]:
+    """Insert the rows of `events`; their primary keys, in order. Many numbered events on
+    PostgreSQL go by COPY, which returns nothing, and are found again by their seq: the
+    statements' arrays of an admission run's thousands of events took psycopg longer to quote
+    than the database to insert them. Others return theirs (one statement, not two)."""
+    first, last = events[0].seq, events[-1].seq
+    if (
+        first is None
+        or last is None
+        or connection.vendor != "postgresql"
+        or len(rows) < bulk.COPY_MIN_ROWS
+    ):
+        return bulk.insert_rows_returning_pks(Event, EVENT_COLUMNS, rows)
+    bulk.insert_rows(Event, EVENT_COLUMNS, rows)
+    numbered = Event.objects.filter(seq__range=(first, last)).order_by("seq")
+    return list(numbered.values_list("pk", flat=True))
 
 
 def record_event(kind: str, *, at: datetime, message: str, **fields: Any) -> Event:

@@ -169,12 +169,18 @@ STARTED_POD_FIELDS = [
 def start(rows: Sequence[Workload], now: datetime) -> None:
     """Admitted: ungate each pod (Deployment) or unsuspend each job (create its pods)."""
     specs = _flavor_specs(rows)
+    # Rows of one shape may share their pod sets (`ClusterSnapshot.fetch_to_write`): their
+    # pods then share one spec, encoded once (`bulk`). By identity: `rows` holds each pod set.
+    shared: dict[tuple[int, tuple[str, ...]], dict[str, Any]] = {}
     new_pods, ungated = [], []
     for row in rows:
         for assignment in row.assignments:
             pod_set = next(p for p in row.pod_sets if p["name"] == assignment["name"])
-            flavors = [specs[f] for f in sorted(set(assignment["flavors"].values())) if f in specs]
-            spec = scheduling(pod_set, flavors)
+            flavor_names = tuple(sorted(set(assignment["flavors"].values())))
+            spec = shared.get((id(pod_set), flavor_names))
+            if spec is None:
+                flavors = [specs[f] for f in flavor_names if f in specs]
+                spec = shared[id(pod_set), flavor_names] = scheduling(pod_set, flavors)
             selectors = domain_selectors(assignment)
             if is_pod_owned(row.owner):
                 ungated.append((row.pk, Pod.Phase.PENDING, _pinned(spec, selectors[0])))

@@ -5,6 +5,7 @@ JSON, NULLs, timestamps) as SQLite's VALUES."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta, timezone
 
 import pytest
@@ -189,3 +190,27 @@ def test_many_rows_go_by_copy_few_by_one_statement(
     monkeypatch.setattr(bulk, "COPY_MIN_ROWS", REPLICAS)
     with django_assert_num_queries(3):  # CREATE TEMPORARY TABLE, UPDATE, DROP (COPY unseen)
         bulk.update_rows(Workload, "pk", ["pending_message"], rows)
+
+
+def test_rows_sharing_json_or_alike_json_each_store_theirs(workloads):
+    # Values are encoded once per distinct one: by identity, or by content for objects of
+    # scalars, where True and 1 are equal but their JSON is not.
+    shared = {"cluster_queue": "gpu-queue", "pod_sets": [{"name": "main", "count": 1}]}
+    admissions = [shared, shared, {"flag": True}, {"flag": 1}, {"flag": "1"}]
+    rows = [(row.pk, admission) for row, admission in zip(workloads, admissions, strict=True)]
+
+    bulk.update_rows(Workload, "pk", ["admission"], rows)
+
+    stored = Workload.objects.in_bulk([row.pk for row in workloads])
+    assert [json.dumps(stored[pk].admission, sort_keys=True) for pk, _ in rows] == [
+        json.dumps(admission, sort_keys=True) for admission in admissions
+    ]
+
+
+@pytest.mark.parametrize("count", [0, 1, REPLICAS])
+def test_a_key_set_selects_the_rows_of_its_keys(workloads, count):
+    pks = [row.pk for row in workloads[:count]]
+
+    selected = Workload.objects.filter(pk__in=bulk.key_set(pks))
+
+    assert sorted(selected.values_list("pk", flat=True)) == pks

@@ -9,8 +9,15 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from controlplane import bulk
 from events.models import Event
-from events.services import EVENTS_GROUP, record_event
+from events.services import (
+    EVENTS_GROUP,
+    NUMBER_IN_PLACE_FROM,
+    new_event,
+    record_event,
+    record_events,
+)
 from tests.support import NAMESPACE, at, deployment
 from workloads import services
 
@@ -144,3 +151,27 @@ def test_a_nul_character_in_a_message_is_stored_escaped(db):
     stored = Event.objects.get(pk=event.pk)
     assert stored.message == "spec.completionMode: contains a NUL character: 'In\\u0000dexed'"
     assert stored.data["value"] == {"bad\\u0000key": ["x\\u0000"]}
+
+
+def test_an_event_keeps_none_of_the_callers_containers(db):
+    # Stored at the end of an admission run (`deferred_events`): what the caller changes
+    # meanwhile must not show.
+    steps = [1, 2]
+    event = new_event("workload.progress", at=at(), message="", steps=steps, pair=(1, "a"))
+    steps.append(3)
+
+    assert event.data == {"steps": [1, 2], "pair": [1, "a"]}
+
+
+@pytest.mark.parametrize("count", [1, NUMBER_IN_PLACE_FROM, bulk.COPY_MIN_ROWS])
+def test_recorded_events_know_their_rows(db, count):
+    # Few go in unnumbered (PostgreSQL), more numbered in place, many by COPY (PostgreSQL).
+    with transaction.atomic():
+        events = record_events(
+            [new_event("workload.admitted", at=at(), message=f"{i}") for i in range(count)]
+        )
+        stored = list(Event.objects.filter(kind="workload.admitted").values_list("pk", "seq"))
+
+    assert [(e.pk, e.seq) for e in events] == stored
+    assert [e.message for e in events] == [str(i) for i in range(count)]
+    assert not any(e._state.adding for e in events)
