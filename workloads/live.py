@@ -21,6 +21,7 @@ second worker reporting the same change finds it reported.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,13 +30,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection as db_connection
 from django.db import transaction
-from django.db.models import Max
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from clusters import live as cluster_live
 from clusters.catalog import GPU_RESOURCE, TPU_RESOURCE
 from clusters.models import Cluster
+from controlplane import bulk
 from events.models import Event
 from events.services import new_event, record_events
 from workloads import checkpoints
@@ -104,7 +106,7 @@ def _owners(
         # By primary key alone, their pods by the owner index; the cluster and kind are checked
         # below: with them in the query, SQLite would walk all of the cluster's owners of these
         # kinds by the (cluster, kind, namespace, name) index.
-        owners = KubeObject.objects.filter(pk__in=list(owner_ids))
+        owners = KubeObject.objects.filter(pk__in=bulk.key_set(set(owner_ids)))
     rows = owners.order_by().values_list(
         "pk",
         "cluster_id",
@@ -152,20 +154,22 @@ def _count(
 
 
 def _last_reported(cluster: Cluster, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The data of each object's latest `workload.pods`."""
-    latest: list[int] = []
-    for start in range(0, len(keys), CHUNK):
-        found = (
-            Event.objects.filter(
-                cluster=cluster.name, kind=PODS, object_key__in=keys[start : start + CHUNK]
-            )
-            .order_by()
-            .values("object_key")
-            .annotate(last=Max("id"))
-            .values_list("last", flat=True)
+    """The data of each object's latest `workload.pods`: its newest event alone, read backwards
+    by `event_object_idx` (a long-lived Deployment has one per change of its pods)."""
+    events = db_connection.ops.quote_name(Event._meta.db_table)
+    latest = (
+        f"SELECT e.data FROM {events} e WHERE e.cluster = %s AND e.kind = %s"
+        " AND e.object_key = k.value ORDER BY e.id DESC LIMIT 1"
+    )
+    # The keys as one parameter: SQLite caps a statement's parameters.
+    each_key, keys_param = bulk.key_table(keys, "text")
+    with db_connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT k.value, ({latest}) FROM {each_key}", [cluster.name, PODS, keys_param]
         )
-        latest += found
-    return dict(Event.objects.filter(id__in=latest).values_list("object_key", "data"))
+        rows = cursor.fetchall()
+    # JSON comes back as text from both databases (Django loads PostgreSQL's jsonb as text).
+    return {key: json.loads(text) for key, text in rows if text is not None}
 
 
 def report_pods(cluster: Cluster, now: datetime, owner_ids: Iterable[int] | None = None) -> None:

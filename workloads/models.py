@@ -331,7 +331,12 @@ class Pod(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pods")
     owner = models.ForeignKey(KubeObject, on_delete=models.CASCADE, related_name="pods")
     workload = models.ForeignKey(
-        Workload, on_delete=models.CASCADE, null=True, blank=True, related_name="pods"
+        Workload,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="pods",
+        db_index=False,  # `pod_workload_ready_idx` leads with it
     )
     name = models.CharField(max_length=253)
     namespace = models.CharField(max_length=63)
@@ -352,8 +357,13 @@ class Pod(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "namespace", "name"], name="unique_pod")
         ]
-        # Binding and readiness look for a cluster's pods by phase and whether they have a node.
-        indexes = [models.Index(fields=["cluster", "phase", "node"])]
+        indexes = [
+            # Binding and readiness look for a cluster's pods by phase and whether they have a node.
+            models.Index(fields=["cluster", "phase", "node"]),
+            # Whether a workload has pods, and whether all are ready (every round asks it of
+            # every admitted workload: runtime._due), from the index alone.
+            models.Index(fields=["workload", "ready"], name="pod_workload_ready_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

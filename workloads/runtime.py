@@ -275,7 +275,9 @@ def _track_pods_ready(cluster: Cluster, now: datetime) -> bool:
         if all_ready != ready:
             flipped[all_ready].append(pk)
     for all_ready, pks in flipped.items():
-        Workload.objects.filter(pk__in=pks).update(pods_ready=all_ready, pods_ready_changed_at=now)
+        Workload.objects.filter(pk__in=bulk.key_set(pks)).update(
+            pods_ready=all_ready, pods_ready_changed_at=now
+        )
     return bool(flipped)
 
 
@@ -411,14 +413,18 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
     nodes = _reachable(nodes, candidates)
     owners = exclusive_owners(cluster) if any(p.exclusive for p in candidates) else None
     bindings = scheduler.place(nodes, _node_usage(cluster, nodes, fleet.ids), candidates, owners)
+    # Each distinct startup time's instant once (most pods share a few).
+    ready_at = {
+        startup: now + timedelta(seconds=30 if startup is None else startup)
+        for startup in {startup for *_, startup in waiting}
+    }
     # One statement for all of them (not one per node and startup time: hundreds a round).
     bound: list[tuple[int, int, datetime, datetime]] = []  # pod, node, bound_at, ready_at
     touched: set[int] = set()
     for pk, name, owner_id, _, startup in waiting:
         target = bindings.get(name)
         if target is not None:
-            ready_at = now + timedelta(seconds=30 if startup is None else startup)
-            bound.append((pk, fleet.ids[target], now, ready_at))
+            bound.append((pk, fleet.ids[target], now, ready_at[startup]))
             touched.add(owner_id)
     live.touch(touched)
     bulk.update_rows(Pod, "pk", ["node", "bound_at", "ready_at"], bound)
