@@ -409,7 +409,9 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
         return False
     fleet = cluster_nodes(cluster.pk)
     nodes = [n for n in fleet.nodes if n.ready]
-    candidates = _pods((name, text) for _, name, _, text, _ in waiting)
+    # Keyed by primary key: names repeat across namespaces (a LeaderWorkerSet's pods are named
+    # after it and their index alone).
+    candidates = _pods((str(pk), text) for pk, _, _, text, _ in waiting)
     nodes = _reachable(nodes, candidates)
     owners = exclusive_owners(cluster) if any(p.exclusive for p in candidates) else None
     bindings = scheduler.place(nodes, _node_usage(cluster, nodes, fleet.ids), candidates, owners)
@@ -421,8 +423,8 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
     # One statement for all of them (not one per node and startup time: hundreds a round).
     bound: list[tuple[int, int, datetime, datetime]] = []  # pod, node, bound_at, ready_at
     touched: set[int] = set()
-    for pk, name, owner_id, _, startup in waiting:
-        target = bindings.get(name)
+    for pk, _, owner_id, _, startup in waiting:
+        target = bindings.get(str(pk))
         if target is not None:
             bound.append((pk, fleet.ids[target], now, ready_at[startup]))
             touched.add(owner_id)

@@ -15,12 +15,12 @@ CPU_GPU = {"cpu": 500, "nvidia.com/gpu": 1000}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def owner(cluster, name, simulation):
+def owner(cluster, name, simulation, namespace=NAMESPACE):
     return KubeObject.objects.create(
         cluster=cluster,
         api_version="batch/v1",
         kind="Job",
-        namespace=NAMESPACE,
+        namespace=namespace,
         name=name,
         manifest={},
         simulation=simulation,
@@ -35,7 +35,7 @@ def pod(of, name, requests, node=None, phase=Pod.Phase.PENDING, **scheduling):
         cluster=of.cluster,
         owner=of,
         name=name,
-        namespace=NAMESPACE,
+        namespace=of.namespace,
         phase=phase,
         scheduling={"requests": requests, **scheduling},
         node=node,
@@ -95,3 +95,16 @@ def test_pods_alike_but_for_their_names_share_one_decoding():
     assert first == runtime._pod(
         "a", {"requests": CPU, "tolerations": [{"key": "k", "operator": "Exists"}]}
     )
+
+
+def test_pods_of_one_name_in_two_namespaces_each_bind_where_they_fit(cluster):
+    """A LeaderWorkerSet's pods are named after it and their index alone: two teams' `lws-0`."""
+    first, second, _ = Node.objects.filter(cluster=cluster).order_by("name")
+    for namespace, node in (("team-a", first), ("team-b", second)):
+        pinned = {"kubernetes.io/hostname": node.labels["kubernetes.io/hostname"]}
+        pod(owner(cluster, "lws", {}, namespace), "lws-0", CPU, node_selector=pinned)
+
+    assert runtime._bind_pods(cluster, T0)
+
+    bound = dict(Pod.objects.filter(cluster=cluster).values_list("namespace", "node__name"))
+    assert bound == {"team-a": first.name, "team-b": second.name}
