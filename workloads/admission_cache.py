@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import uuid
 from bisect import bisect_left, insort
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -28,6 +27,7 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 
 from clusters.models import Cluster
+from controlplane import bulk
 from workloads.models import AdmissionCacheOwner, Workload, WorkloadChange
 from workloads.snapshot import WorkloadRow, query_active_rows, read_rows
 
@@ -38,7 +38,6 @@ _QueueKey = tuple[str, str]
 # priority, then older, then by name; the primary key makes each entry unique.
 _Entry = tuple[tuple[bool, int, datetime, str], int]
 
-_READ_CHUNK = 1000
 _PARKED = 11  # `parked` in a WorkloadRow (snapshot._WORKLOAD_COLUMNS)
 PENDING = Q(phase=Workload.Phase.PENDING)
 
@@ -123,8 +122,7 @@ def _current(cluster_id: int) -> _ClusterWorkloads:
     changed, parked = _consume_changes(cluster_id)
     changed += [pk for pk, value in parked.items() if not cached.park(pk, value)]
     if changed:
-        changed.sort()
-        fresh = _read(Workload.objects.filter(pk__in=chunk) for chunk in _chunks(changed))
+        fresh = _read(Workload.objects.filter(pk__in=bulk.key_set(changed)))
         for pk in changed:
             cached.forget(pk)
         for row in fresh:
@@ -139,7 +137,7 @@ def _reload(cluster_id: int) -> _ClusterWorkloads:
     _consume_changes(cluster_id)
     cached = _ClusterWorkloads(token)
     rows = Workload.objects.filter(Q(phase__in=Workload.HOLDING_QUOTA) | PENDING)
-    for row in _read([rows.filter(cluster_id=cluster_id)]):
+    for row in _read(rows.filter(cluster_id=cluster_id)):
         cached.put(row)
     _clusters[cluster_id] = cached
     return cached
@@ -174,17 +172,11 @@ def _consume_changes(cluster_id: int) -> tuple[list[int], dict[int, bool]]:
     return sorted(read), {pk: v for pk, v in parked.items() if pk not in read}
 
 
-def _read(querysets: Iterable[QuerySet[Workload]]) -> list[_CachedRow]:
-    result = []
-    for queryset in querysets:
-        for *row, active, requeue_at in read_rows(queryset, "active", "requeue_at"):
-            result.append((tuple(row), active, requeue_at))
-    return result
-
-
-def _chunks(pks: list[int]) -> Iterable[list[int]]:
-    for start in range(0, len(pks), _READ_CHUNK):
-        yield pks[start : start + _READ_CHUNK]
+def _read(rows: QuerySet[Workload]) -> list[_CachedRow]:
+    return [
+        (tuple(row), active, requeue_at)
+        for *row, active, requeue_at in read_rows(rows, "active", "requeue_at")
+    ]
 
 
 def _drift(rows: list[WorkloadRow], expected: list[WorkloadRow]) -> str:

@@ -9,6 +9,7 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
 
+from controlplane import bulk
 from workloads.history import workload_event
 from workloads.models import Checkpoint, KubeObject, Workload
 
@@ -38,7 +39,7 @@ def latest_steps(owner_ids: Iterable[int]) -> dict[int, int]:
     # One index probe per owner ((owner, step) is unique), not a scan of all its checkpoints.
     newest = Checkpoint.objects.filter(owner=OuterRef("pk")).order_by("-step").values("step")[:1]
     owners = (
-        KubeObject.objects.filter(pk__in=list(owner_ids))
+        KubeObject.objects.filter(pk__in=bulk.key_set(set(owner_ids)))
         .annotate(step=Subquery(newest))
         .filter(step__isnull=False)
         .order_by()
