@@ -31,7 +31,7 @@ from scheduler.model import (
     Victim,
     Workload,
 )
-from scheduler.nomination import nominate
+from scheduler.nomination import Repeats, nominate
 from scheduler.state import ClusterState
 from scheduler.topology import placements_fit
 
@@ -193,6 +193,7 @@ class _Run:
         """An admitted workload waits for its pods (Kueue's cache `WorkloadsNotReady`)."""
         self.blocked = False
         self.partial_admission = snapshot.config.partial_admission
+        self.repeats = Repeats(state)
         self.shapes: dict[str, tuple[object, ...]] = {}
         """`shape_of` by key of the pending workloads, which stay the same objects all run."""
         eligible = []
@@ -259,8 +260,12 @@ class _Run:
     def _nominate(self, workload: Workload) -> _Entry:
         assert workload.cluster_queue is not None
         cq = self.state.cq(workload.cluster_queue)
+        repeat = self.repeats.get(workload, cq)
+        if repeat is not None:
+            return _Entry(workload, cq, repeat, [])
         entry = _Entry(workload, cq, Assignment(), [])
         self._assign(entry)
+        self.repeats.put(workload, cq, entry.assignment)
         return entry
 
     def _assign(self, entry: _Entry, pinned: Pinned | None = None) -> None:
@@ -338,24 +343,26 @@ class _Run:
         self._wait(entry, f"Pending the preemption of {len(entry.targets)} workload(s)")
 
     def _fits_after(self, entry: _Entry) -> bool:
-        removed = self.state.release_all(
-            [t.workload for t in entry.targets if t.workload in self.state.admitted]
-        )
-        fits = self.state.tree.fits(
-            self.state.tree.cq(entry.cq.name), entry.assignment.usage
-        ) and placements_fit(
+        return self._without([t.workload for t in entry.targets], lambda: self._fits(entry))
+
+    def _fits(self, entry: _Entry) -> bool:
+        pod_sets = entry.assignment.pod_sets
+        if not self.state.tree.fits(self.state.tree.cq(entry.cq.name), entry.assignment.usage):
+            return False
+        # Only pods placed by TAS can have lost their nodes.
+        return all(psa.topology_assignment is None for psa in pod_sets) or placements_fit(
             entry.workload.pod_sets,
-            entry.assignment.pod_sets,
+            pod_sets,
             self.state.flavors,
             self.state.nodes,
             self.state.topology.used(),
         )
-        self.state.hold_all(removed)
-        return fits
 
-    def _without(self, claimed: dict[str, Victim], check: Callable[[], T]) -> T:
-        """Evaluate `check` as if every victim claimed this cycle had released its quota."""
-        gone = self.state.release_all([k for k in claimed if k in self.state.admitted])
+    def _without(self, keys: Iterable[str], check: Callable[[], T]) -> T:
+        """Evaluate `check` as if those of `keys` (victims) holding quota had released it."""
+        gone = self.state.release_all([k for k in keys if k in self.state.admitted])
+        if not gone:  # the common case: nothing to release or hold again
+            return check()
         try:
             return check()
         finally:
@@ -394,7 +401,7 @@ class _Run:
         workload = entry.workload
         admission = Admission(entry.cq.name, tuple(entry.assignment.pod_sets))
         holding = replace(workload, admission=admission)
-        self.state.hold(holding)
+        self.state.hold(holding, entry.assignment.usage)
         self.queues.charge(holding)
         self.queues.removed.add(workload.key)
         self.pending.pop(workload.key, None)

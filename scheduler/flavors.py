@@ -272,11 +272,11 @@ def _choose_flavor(
     """Kueue `findFlavorForPodSets`: the first flavor that need not look further, or the best."""
     best: _Choice | None = None
     for flavor in todo.group.flavors:
-        if any(todo.pinned.get(r, flavor.name) != flavor.name for r in todo.resources):
+        if todo.pinned and any(
+            todo.pinned.get(r, flavor.name) != flavor.name for r in todo.resources
+        ):
             continue
-        problem = _flavor_mismatch(
-            state.flavors.get(flavor.name), flavor.name, todo.pod_set
-        ) or _topology_mismatch(state, cq, flavor.name, todo)
+        problem = _mismatch(state, cq, flavor.name, todo)
         if problem:
             result.messages.append(problem)
             todo.failures.append(PendingReason.NO_MATCHING_FLAVOR)
@@ -290,6 +290,21 @@ def _choose_flavor(
         if best is None or is_preferred(choice.representative, best.representative, preference):
             best = choice
     return best
+
+
+def _mismatch(state: ClusterState, cq: ClusterQueue, name: str, todo: _Group) -> str | None:
+    """Why the flavor cannot serve the PodSet, whatever the usage (None: it can). Flavors and
+    topologies are fixed for the pass, and workloads of one shape share their PodSets: worked
+    out once per PodSet object, resource group and flavor."""
+    key = (id(todo.pod_set), id(todo.group), name)
+    known = state.flavor_problems.get(key)
+    # Keeping the PodSet and ClusterQueue (which holds the group) keeps their ids theirs.
+    if known is None or known[1] is not cq:
+        problem = _flavor_mismatch(
+            state.flavors.get(name), name, todo.pod_set
+        ) or _topology_mismatch(state, cq, name, todo)
+        known = state.flavor_problems[key] = (todo.pod_set, cq, problem)
+    return known[2]
 
 
 def _flavor_mismatch(flavor: ResourceFlavor | None, name: str, pod_set: PodSet) -> str | None:
@@ -340,7 +355,10 @@ def _quota_fit(
         fr = (flavor.name, resource)
         value = todo.requests[resource] + result.usage.get(fr, 0)
         mode = _fits_resource_quota(state, workload, cq, fr, value, todo, result)
-        if is_preferred(choice.representative, mode, cq.flavor_fungibility.preference):
+        # No mode is preferred to itself: the common Fit needs no comparison.
+        if mode is not choice.representative and is_preferred(
+            choice.representative, mode, cq.flavor_fungibility.preference
+        ):
             choice.representative = mode
         if mode.mode is Mode.NO_FIT:
             return None
@@ -373,7 +391,7 @@ def _fits_resource_quota(
     borrowing, may_reclaim_in_hierarchy = tree.lowest_subtree_that_fits(node, fr, value)
     available = tree.available(node, fr)
     if value <= available:
-        return Granular(Mode.FIT, borrowing)
+        return Granular(Mode.FIT, borrowing) if borrowing else _BEST
     result.messages.append(
         f"insufficient unused quota for {resource} in flavor {flavor}, "
         f"{value - available} more needed (milli-units)"

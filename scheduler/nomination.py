@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from scheduler import partial
 from scheduler.flavors import Assignment, Mode, Pinned, assign_flavors, topology_check
-from scheduler.model import ClusterQueue, Victim, Workload
+from scheduler.model import ClusterQueue, PodSet, Victim, Workload
 from scheduler.preemption import find_targets
 from scheduler.state import ClusterState
+from scheduler.topology import requests_topology
 
 
 def preemption_targets(
@@ -53,3 +54,50 @@ def nominate(
         return (assignment, victims) if assignment.mode is Mode.FIT or victims else None
 
     return partial.search(workload.pod_sets, fits) or (full, [])
+
+
+_Fit = tuple[tuple[PodSet, ...], ClusterQueue, Assignment]
+
+
+class Repeats:
+    """Nominations that are plain Fits, for the heads of one shape that follow in a deep queue.
+
+    Where each resource group of the ClusterQueue has one flavor, `assign_flavors` gives a
+    workload the same full-count assignment, Fit without borrowing, as long as its usage still
+    fits without borrowing (the one flavor's `fitsResourceQuota`, kueue-semantics §4); its
+    PodSets decide the rest, and the snapshot shares one PodSets object among workloads of one
+    shape. Nothing else is reused: TAS placements depend on the nodes' usage."""
+
+    def __init__(self, state: ClusterState):
+        self._state = state
+        self._fits: dict[tuple[str, int], _Fit] = {}
+        """(ClusterQueue name, id of the PodSets) -> the PodSets, the ClusterQueue, the Fit."""
+
+    def get(self, workload: Workload, cq: ClusterQueue) -> Assignment | None:
+        """The remembered Fit for workloads of this shape, if it still holds."""
+        known = self._fits.get((cq.name, id(workload.pod_sets)))
+        # The entry keeps its PodSets alive, so no other object can have their id.
+        if known is None or known[1] is not cq:
+            return None
+        assignment = known[2]
+        tree, node = self._state.tree, self._state.tree.cq(cq.name)
+        for fr, amount in assignment.usage.items():
+            if amount > tree.available(node, fr) or tree.borrowing_level(node, fr, amount):
+                return None
+        return assignment
+
+    def put(self, workload: Workload, cq: ClusterQueue, assignment: Assignment) -> None:
+        """Remember an unpinned nomination if it may repeat: a Fit at full counts (not one
+        partial admission reduced, which a full-count Fit may replace once quota frees)."""
+        if (
+            assignment.mode is Mode.FIT
+            and not assignment.borrowing
+            and not assignment.messages
+            and all(
+                psa.count == ps.count
+                for psa, ps in zip(assignment.pod_sets, workload.pod_sets, strict=True)
+            )
+            and all(len(group.flavors) == 1 for group in cq.resource_groups)
+            and not any(requests_topology(ps, self._state.tas_only(cq)) for ps in workload.pod_sets)
+        ):
+            self._fits[(cq.name, id(workload.pod_sets))] = (workload.pod_sets, cq, assignment)

@@ -6,17 +6,29 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from scheduler.model import ClusterQueue, FlavorResource, ResourceFlavor, Snapshot, Workload
+from scheduler.model import (
+    Admission,
+    ClusterQueue,
+    FlavorResource,
+    PodSet,
+    ResourceFlavor,
+    Snapshot,
+    Workload,
+)
 from scheduler.quota import NodeKey, QuotaTree
 from scheduler.topology import NodeIndex, TopologyUsage, add_usage, is_tas_only, node_usage
 
 
 @dataclass(frozen=True, slots=True)
 class _Charge:
-    workload: Workload
+    pod_sets: tuple[PodSet, ...]
+    admission: Admission
     quota: dict[FlavorResource, int]
     nodes: dict[str, dict[str, int]]
     """TAS: what its pods take per node (empty without topology assignments)."""
+
+
+_Problem = tuple[PodSet, ClusterQueue, str | None]
 
 
 class ClusterState:
@@ -39,9 +51,14 @@ class ClusterState:
         self.topology = TopologyUsage(snapshot.non_tas_usage)
         self._roots: dict[str, NodeKey] = {}
         self._tas_only: dict[str, tuple[ClusterQueue, bool]] = {}
-        self._charges: dict[str, _Charge] = {}
-        """Per workload key, what it holds: preemption releases and holds the same workloads
-        over and over, so it is worked out once per workload object."""
+        self._charges: dict[tuple[int, int], _Charge] = {}
+        """What a workload holds, by the identities of its PodSets and Admission: the snapshot
+        shares those among workloads of one shape and admission, and preemption releases and
+        holds the same workloads over and over, so it is worked out once per pair."""
+        self.flavor_problems: dict[tuple[int, int, str], _Problem] = {}
+        """flavors.py's memo: why a flavor cannot serve a PodSet of a resource group."""
+        self._members: dict[str, set[str]] = {}
+        """Per ClusterQueue, its set in `_by_root`."""
         self.hold_all(w for w in snapshot.workloads if w.admission is not None)
 
     def cq(self, name: str) -> ClusterQueue:
@@ -60,20 +77,36 @@ class ClusterState:
             known = self._tas_only[cq.name] = (cq, is_tas_only(cq, self.flavors, self.topologies))
         return known[1]
 
-    def hold(self, workload: Workload) -> None:
-        """Charge an admitted (or admitting) workload's usage to its ClusterQueue."""
+    def hold(self, workload: Workload, quota: Mapping[FlavorResource, int] | None = None) -> None:
+        """Charge an admitted (or admitting) workload's usage to its ClusterQueue; `quota`,
+        when the caller has it already, is that usage (its flavor assignment's)."""
+        if quota is not None:
+            self._charge(workload, dict(quota))
         self.hold_all((workload,))
 
-    def _charge(self, workload: Workload) -> _Charge:
-        charge = self._charges.get(workload.key)
-        if charge is None or charge.workload is not workload:
-            charge = _Charge(workload, workload.usage(), self._node_usage(workload))
-            self._charges[workload.key] = charge
+    def _charge(
+        self, workload: Workload, quota: dict[FlavorResource, int] | None = None
+    ) -> _Charge:
+        admission = workload.admission
+        assert admission is not None
+        key = (id(workload.pod_sets), id(admission))
+        charge = self._charges.get(key)
+        # The charge keeps both objects alive, so no other object can have their ids.
+        if charge is None:
+            charge = _Charge(
+                workload.pod_sets,
+                admission,
+                workload.usage() if quota is None else quota,
+                self._node_usage(workload),
+            )
+            self._charges[key] = charge
         return charge
 
     def _node_usage(self, workload: Workload) -> dict[str, dict[str, int]]:
         """Its pods' places on nodes (TAS), held until it is released (kueue-semantics §11)."""
         assert workload.admission is not None
+        if all(psa.topology_assignment is None for psa in workload.admission.pod_sets):
+            return {}
         by_name = {ps.name: ps for ps in workload.pod_sets}
         return add_usage(
             *(
@@ -98,7 +131,7 @@ class ClusterState:
             assert workload.admission is not None
             cq_name = workload.admission.cluster_queue
             _add_to(by_cq.setdefault(cq_name, {}), self.usage.pop(key))
-            self._by_root[self.root_of(cq_name)][cq_name].discard(key)
+            self._members_of(cq_name).discard(key)
             released.append(workload)
         for cq_name, usage in by_cq.items():
             self.tree.remove(self.tree.cq(cq_name), usage)
@@ -118,9 +151,15 @@ class ClusterState:
             self.admitted[workload.key] = workload
             self.usage[workload.key] = charge.quota
             _add_to(by_cq.setdefault(cq_name, {}), charge.quota)
-            self._by_root[self.root_of(cq_name)][cq_name].add(workload.key)
+            self._members_of(cq_name).add(workload.key)
         for cq_name, usage in by_cq.items():
             self.tree.add(self.tree.cq(cq_name), usage)
+
+    def _members_of(self, cq_name: str) -> set[str]:
+        members = self._members.get(cq_name)
+        if members is None:
+            members = self._members[cq_name] = self._by_root[self.root_of(cq_name)][cq_name]
+        return members
 
     def in_tree_of(self, cq_name: str) -> Iterator[Workload]:
         """Workloads holding quota anywhere in the cohort tree of `cq_name`."""
