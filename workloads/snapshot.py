@@ -432,12 +432,10 @@ def load(
     active_rows: Callable[[Cluster, int], list[WorkloadRow]] = query_active_rows,
 ) -> ClusterSnapshot:
     """Queues, flavors, cohorts, the Configuration and the active workloads of a cluster in
-    seven queries; three more
-    (topologies, nodes, bound pods) when a ResourceFlavor is topology-aware."""
+    seven queries; three more (topologies, nodes, bound pods) when a ResourceFlavor is
+    topology-aware."""
 
-    known_checks = frozenset(
-        AdmissionCheck.objects.filter(cluster=cluster).values_list("name", flat=True)
-    )
+    known_checks = frozenset(name for name, _ in _specs(AdmissionCheck, cluster))
     cqs = {
         name: _cluster_queue(name, cohort_name, spec, known_checks)
         for name, cohort_name, spec in _specs(ClusterQueue, cluster, "cohort_name")
@@ -450,17 +448,15 @@ def load(
     config = _scheduling_config(_configuration_text(cluster))
     cq_by_queue, stopped = {}, set()
     lq_usage, lq_weights = {}, {}
-    for ns, name, cq, spec, consumed in LocalQueue.objects.filter(cluster=cluster).values_list(
-        "namespace", "name", "cluster_queue_name", "spec", "consumed_resources"
-    ):
+    for ns, name, cq, spec, consumed in _local_queues(cluster):
         cq_by_queue[(ns, name)] = cq
-        if (spec.get("stop_policy") or "None") != "None":
+        stop_policy, weight = _local_queue_spec(spec)
+        if stop_policy != "None":
             stopped.add((ns, name))
         if config.admission_fair_sharing is not None:
-            weight = spec.get("fair_weight")
             lq_weights[f"{ns}/{name}"] = weight = 1.0 if weight is None else weight
             afs = config.admission_fair_sharing
-            lq_usage[f"{ns}/{name}"] = local_queue_usage(consumed, weight, afs)
+            lq_usage[f"{ns}/{name}"] = local_queue_usage(json.loads(consumed), weight, afs)
     workloads, ids, pending_state, held = _workloads(
         cluster, active_rows(cluster, heads_per_queue), cq_by_queue, stopped
     )
@@ -491,6 +487,27 @@ def _specs(model: type[QueueObject], cluster: Cluster, *fields: str) -> list[tup
             [cluster.pk],
         )
         return list(cursor.fetchall())
+
+
+def _local_queues(cluster: Cluster) -> list[tuple[str, str, str, str, str]]:
+    """Each LocalQueue's namespace, name, ClusterQueue, and spec and consumed resources as
+    text, in the model's order. In SQL, as `_specs`."""
+    table = connection.ops.quote_name(LocalQueue._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT namespace, name, cluster_queue_name, CAST(spec AS text), "
+            f"CAST(consumed_resources AS text) FROM {table} "  # noqa: S608
+            "WHERE cluster_id = %s ORDER BY namespace, name",
+            [cluster.pk],
+        )
+        return list(cursor.fetchall())
+
+
+@lru_cache(maxsize=1024)
+def _local_queue_spec(spec: str) -> tuple[str, float | None]:
+    """What admission reads of a LocalQueue's spec: its stopPolicy and fair-sharing weight."""
+    data = json.loads(spec)
+    return data.get("stop_policy") or "None", data.get("fair_weight")
 
 
 # Every admission run reads the queue objects; they seldom change, so each distinct row is

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clusters import services as cluster_services
-from clusters.models import Cluster
+from clusters.models import Cluster, Node
 from events.models import Event
 from tests.support import T0, at, tpu_jobset
 from workloads import admission, runtime, services, snapshot
@@ -106,6 +106,20 @@ def test_snapshot_carries_topologies_nodes_and_the_webhooks_topology_request(sli
     request = workload.pod_sets[0].topology_request
     assert request is not None
     assert request.slice_level == "cloud.google.com/gke-tpu-partition-2x2x2-id"
+
+
+def test_the_next_snapshot_sees_nodes_that_changed_since_the_last(sliced):
+    first = snapshot.load(sliced).snapshot
+    assert all(n.ready for n in first.nodes)
+    failed, gone = first.nodes[0].name, first.nodes[1].name
+
+    Node.objects.filter(cluster=sliced, name=failed).update(ready=False)
+    Node.objects.filter(cluster=sliced, name=gone).delete()
+    nodes = {n.name: n for n in snapshot.load(sliced).snapshot.nodes}
+
+    assert len(nodes) == 31
+    assert gone not in nodes
+    assert not nodes[failed].ready
 
 
 def test_topology_assignment_round_trips_through_the_stored_admission(sliced):
