@@ -478,27 +478,25 @@ def _specs(model: type[QueueObject], cluster: Cluster, *fields: str) -> list[tup
     """Each queue object's name, `fields`, and spec as text (the key of the conversions below),
     by name. In SQL: every admission run reads them, and the ORM took longer to build these
     statements than the database to answer them."""
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(name) for name in ("name", *fields))  # columns named as fields
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {columns}, CAST(spec AS text) FROM {quote(model._meta.db_table)} "  # noqa: S608
-            "WHERE cluster_id = %s ORDER BY name",
-            [cluster.pk],
-        )
-        return list(cursor.fetchall())
+    columns = ", ".join(connection.ops.quote_name(name) for name in ("name", *fields))
+    return _select(model, cluster.pk, f"{columns}, CAST(spec AS text)", "name")
 
 
-def _local_queues(cluster: Cluster) -> list[tuple[str, str, str, str, str]]:
+def _local_queues(cluster: Cluster) -> list[tuple[Any, ...]]:
     """Each LocalQueue's namespace, name, ClusterQueue, and spec and consumed resources as
     text, in the model's order. In SQL, as `_specs`."""
-    table = connection.ops.quote_name(LocalQueue._meta.db_table)
+    columns = "namespace, name, cluster_queue_name, CAST(spec AS text), "
+    columns += "CAST(consumed_resources AS text)"
+    return _select(LocalQueue, cluster.pk, columns, "namespace, name")
+
+
+def _select(model: type[Model], cluster_id: int, columns: str, order: str) -> list[tuple[Any, ...]]:
+    """`columns` (SQL) of a cluster's rows of `model`, ordered by `order` (SQL)."""
+    table = connection.ops.quote_name(model._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT namespace, name, cluster_queue_name, CAST(spec AS text), "
-            f"CAST(consumed_resources AS text) FROM {table} "  # noqa: S608
-            "WHERE cluster_id = %s ORDER BY namespace, name",
-            [cluster.pk],
+            f"SELECT {columns} FROM {table} WHERE cluster_id = %s ORDER BY {order}",  # noqa: S608
+            [cluster_id],
         )
         return list(cursor.fetchall())
 
@@ -608,17 +606,10 @@ def cluster_nodes(cluster_id: int) -> ClusterNodes:
     so an unchanged fleet (the usual case, every tick) costs no JSON decoding and yields the
     very same objects. The key is the rows themselves, read from the database every call:
     any process's change to any node shows at once."""
-    table = connection.ops.quote_name(Node._meta.db_table)
-    with connection.cursor() as cursor:
-        # Plain SQL: every admission run of a TAS cluster reads every node, and the ORM's
-        # per-row work cost more than the query.
-        cursor.execute(
-            "SELECT id, name, CAST(labels AS text), CAST(taints AS text), "
-            f"CAST(allocatable AS text), ready FROM {table} "  # noqa: S608
-            "WHERE cluster_id = %s ORDER BY name",
-            [cluster_id],
-        )
-        rows = tuple(cursor.fetchall())
+    # Plain SQL: every admission run of a TAS cluster reads every node, and the ORM's per-row
+    # work cost more than the query.
+    columns = "id, name, CAST(labels AS text), CAST(taints AS text), CAST(allocatable AS text), "
+    rows = tuple(_select(Node, cluster_id, columns + "ready", "name"))
     seen = _nodes_seen.get(cluster_id)
     if seen is not None and seen[0] == rows:
         return seen[1]
