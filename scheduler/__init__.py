@@ -7,7 +7,7 @@ PodSet in a Topology as Kueue's Topology Aware Scheduling does; `explain_pending
 `held_quota` say, in the same numbers, why a workload waits or what it holds.
 """
 
-from scheduler.cycle import queue_order, schedule
+from scheduler.cycle import schedule
 from scheduler.explain import (
     CohortQuota,
     FlavorVerdict,
@@ -53,6 +53,7 @@ from scheduler.model import (
     pod_set_request,
 )
 from scheduler.placement import Node, Pod, place, why_unplaced
+from scheduler.queues import queue_order
 from scheduler.topology import (
     DomainAssignment,
     Placement,
