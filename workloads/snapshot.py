@@ -368,8 +368,11 @@ def query_active_rows(cluster: Cluster, heads_per_queue: int) -> list[WorkloadRo
 
 # Each cluster's conversions of its last run. The admission cache hands over the same rows
 # run after run, so each is converted once; keeping only the last run's keeps this as large
-# as the clusters' active workloads, where an LRU kept every row seen, up to its size.
-_converted: dict[int, dict[tuple[WorkloadRow, str | None], s.Workload]] = {}
+# as the clusters' active workloads, where an LRU kept every row seen, up to its size. By
+# primary key, with the row and ClusterQueue converted: the cache's rows are the very same
+# tuples while unchanged, so most lookups compare by identity, where hashing each row's
+# sixteen values cost more.
+_converted: dict[int, dict[int, tuple[WorkloadRow, str | None, s.Workload]]] = {}
 
 
 def _workloads(
@@ -382,7 +385,7 @@ def _workloads(
     held back until it is started or applied."""
     workloads, ids, pending_state, held = [], {}, {}, []
     last_run = _converted.get(cluster.pk, {})
-    this_run: dict[tuple[WorkloadRow, str | None], s.Workload] = {}
+    this_run: dict[int, tuple[WorkloadRow, str | None, s.Workload]] = {}
     for row in rows:
         pk, namespace, name, queue = row[:4]
         parked, phase, reason, message = row[11:15]
@@ -399,10 +402,13 @@ def _workloads(
                 why = f"LocalQueue {queue} doesn't exist"
                 held.append(s.Pending(key, s.PendingReason.MISCONFIGURED, why, False))
                 continue
-        converting = (row, cq_by_queue.get((namespace, queue)))
-        workload = last_run.get(converting) or _workload(*converting)
-        this_run[converting] = workload
-        workloads.append(workload)
+        cq = cq_by_queue.get((namespace, queue))
+        seen = last_run.get(pk)
+        if seen is not None and seen[1] == cq and (seen[0] is row or seen[0] == row):
+            this_run[pk] = seen
+        else:
+            this_run[pk] = (row, cq, _workload(row, cq))
+        workloads.append(this_run[pk][2])
     _converted[cluster.pk] = this_run
     return workloads, ids, pending_state, held
 

@@ -7,7 +7,7 @@ import pytest
 import scheduler as s
 from tests.support import NAMESPACE, at, deployment, job
 from workloads import services, snapshot
-from workloads.models import KubeObject, Workload
+from workloads.models import KubeObject, LocalQueue, Workload
 
 # AdmissionChecks, ClusterQueues, Cohorts, ResourceFlavors, LocalQueues, Workloads, the
 # Configuration (no TAS flavor, so no Topologies, Nodes or bound Pods).
@@ -84,3 +84,11 @@ def test_conversions_are_reused_and_kept_only_for_the_last_run(gpu_queues):
     assert last.keys() == {stays}
     assert last[stays] is first[stays]
     assert len(snapshot._converted[gpu_queues.pk]) == 1
+
+    # A changed row, and the same row under another ClusterQueue, are converted again.
+    Workload.objects.filter(name__startswith="job-stays").update(priority=7)
+    (changed,) = snapshot.load(gpu_queues).snapshot.workloads
+    assert (changed.key, changed.priority) == (stays, 7)
+    LocalQueue.objects.filter(cluster=gpu_queues).update(cluster_queue_name="elsewhere")
+    (moved,) = snapshot.load(gpu_queues).snapshot.workloads
+    assert (moved.priority, moved.cluster_queue) == (7, "elsewhere")
