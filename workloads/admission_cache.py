@@ -59,31 +59,45 @@ class _ClusterWorkloads:
 
     def put(self, cached: _CachedRow) -> None:
         row, active, requeue_at = cached
-        pk, namespace, name, queue, priority, queued_at = row[:6]
-        preempting, parked, phase = row[10], row[_PARKED], row[12]
+        pk, phase = row[0], row[12]
         if phase in Workload.HOLDING_QUOTA:
             self.holding.add(pk)
         elif phase != Workload.Phase.PENDING:
             return
-        elif active and not parked and requeue_at is None:
-            entry = ((not preempting, -priority, queued_at, name), pk)
-            insort(self.queues.setdefault((namespace, queue), []), entry)
-            self.entries[pk] = ((namespace, queue), entry)
+        elif active and not row[_PARKED] and requeue_at is None:
+            self._enqueue(row)
         self.rows[pk] = cached
 
     def park(self, pk: int, parked: bool) -> bool:
-        """Apply a change of `parked` alone; False when the row is not here to change."""
+        """Apply a change of `parked` alone; False when the row is not here to change. Most
+        changes of a busy cluster are these: only the row and its queue entry change."""
         if (cached := self.rows.get(pk)) is None:
             return False
         row, active, requeue_at = cached
-        self.forget(pk)
-        self.put(((*row[:_PARKED], parked, *row[_PARKED + 1 :]), active, requeue_at))
+        if row[_PARKED] == parked:
+            return True
+        row = (*row[:_PARKED], parked, *row[_PARKED + 1 :])
+        self.rows[pk] = (row, active, requeue_at)
+        if row[12] == Workload.Phase.PENDING and active and requeue_at is None:
+            if parked:
+                self._dequeue(pk)
+            else:
+                self._enqueue(row)
         return True
 
     def forget(self, pk: int) -> None:
         if self.rows.pop(pk, None) is None:
             return
         self.holding.discard(pk)
+        self._dequeue(pk)
+
+    def _enqueue(self, row: WorkloadRow) -> None:
+        pk, namespace, name, queue, priority, queued_at = row[:6]
+        entry = ((not row[10], -priority, queued_at, name), pk)  # row[10]: preempting
+        insort(self.queues.setdefault((namespace, queue), []), entry)
+        self.entries[pk] = ((namespace, queue), entry)
+
+    def _dequeue(self, pk: int) -> None:
         if (found := self.entries.pop(pk, None)) is not None:
             key, entry = found
             queue = self.queues[key]
