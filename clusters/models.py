@@ -159,3 +159,17 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class NodeGeneration(models.Model):
+    """How many statements have written a cluster's nodes: database triggers (migration 0007)
+    count every insert, update and delete in the writer's transaction, whoever writes. A
+    reader that keeps the nodes it converted (workloads.snapshot.cluster_nodes) reads this one
+    row, and the nodes again only when it changed."""
+
+    # A plain integer, not a foreign key: deleting a cluster deletes its nodes, which counts.
+    cluster_id = models.BigIntegerField(primary_key=True)
+    generation = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {self.generation}"

@@ -14,7 +14,7 @@ from django.db.models.base import ModelState
 from django.db.models.functions import Cast, Collate, RowNumber
 
 import scheduler as s
-from clusters.models import Cluster, Node
+from clusters.models import Cluster, Node, NodeGeneration
 from controlplane import bulk
 from scheduler.fairsharing import local_queue_usage
 from scheduler.model import AdmissionFairSharing, NodeSelectorTerm, SchedulingConfig
@@ -601,24 +601,31 @@ class ClusterNodes:
     """Node primary keys by name."""
 
 
-_NodeRow = tuple[int, str, str, str, str, int]
-_nodes_seen: dict[int, tuple[tuple[_NodeRow, ...], ClusterNodes]] = {}
+_nodes_seen: dict[int, tuple[int | None, ClusterNodes]] = {}
 
 
 def cluster_nodes(cluster_id: int) -> ClusterNodes:
-    """The cluster's nodes as the scheduler sees them, in one query.
+    """The cluster's nodes as the scheduler sees them.
 
-    The rows are read as text and compared with the ones this process converted last time,
-    so an unchanged fleet (the usual case, every tick) costs no JSON decoding and yields the
-    very same objects. The key is the rows themselves, read from the database every call:
-    any process's change to any node shows at once."""
-    # Plain SQL: every admission run of a TAS cluster reads every node, and the ORM's per-row
-    # work cost more than the query.
-    columns = "id, name, CAST(labels AS text), CAST(taints AS text), CAST(allocatable AS text), "
-    rows = tuple(_select(Node, cluster_id, columns + "ready", "name"))
+    Every admission run of a TAS cluster, and every round of the simulated kube-scheduler,
+    asks for them, and they seldom change: the nodes this process converted last are kept,
+    and read again only when the cluster's `NodeGeneration` (which database triggers bump at
+    every write to its nodes, whoever writes) is no longer the one read before them. So any
+    process's change shows at the next call, and an unchanged fleet costs one small query."""
+    # Read before the nodes: a change committed in between shows in the nodes now, and in
+    # the generation next time, which reads them again.
+    generation = (
+        NodeGeneration.objects.filter(cluster_id=cluster_id)
+        .values_list("generation", flat=True)
+        .first()
+    )
     seen = _nodes_seen.get(cluster_id)
-    if seen is not None and seen[0] == rows:
+    if seen is not None and seen[0] == generation:
         return seen[1]
+    # Plain SQL: a TAS cluster has hundreds of nodes, and the ORM's per-row work cost more
+    # than the query.
+    columns = "id, name, CAST(labels AS text), CAST(taints AS text), CAST(allocatable AS text), "
+    rows = _select(Node, cluster_id, columns + "ready", "name")
     result = ClusterNodes(
         nodes=tuple(
             s.Node(
@@ -632,7 +639,7 @@ def cluster_nodes(cluster_id: int) -> ClusterNodes:
         ),
         ids={name: pk for pk, name, *_ in rows},
     )
-    _nodes_seen[cluster_id] = (rows, result)
+    _nodes_seen[cluster_id] = (generation, result)
     return result
 
 

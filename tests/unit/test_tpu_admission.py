@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from clusters import services as cluster_services
-from clusters.models import Cluster, Node
+from clusters.models import Cluster, Node, NodeGeneration
 from events.models import Event
 from tests.support import T0, at, tpu_jobset
 from workloads import admission, runtime, services, snapshot
@@ -305,3 +309,32 @@ def test_stored_manifest_keeps_the_annotations_as_applied(sliced):
     assert job["template"]["metadata"]["annotations"] == {
         "cloud.google.com/gke-tpu-slice-topology": "2x2x2"
     }
+
+
+def test_an_unchanged_fleet_is_not_read_again_and_any_write_to_it_shows(sliced):
+    """The converted nodes are kept while the cluster's NodeGeneration, which triggers count
+    up at every write to its nodes, stays the same: whoever writes, even in plain SQL."""
+    first = snapshot.cluster_nodes(sliced.pk)
+    with CaptureQueriesContext(connection) as queries:
+        assert snapshot.cluster_nodes(sliced.pk) is first
+    assert len(queries) == 1
+    assert "clusters_nodegeneration" in queries[0]["sql"]
+
+    name = first.nodes[0].name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE clusters_node SET labels = %s WHERE cluster_id = %s AND name = %s",
+            [json.dumps({"written": "in SQL"}), sliced.pk, name],
+        )
+    changed = snapshot.cluster_nodes(sliced.pk)
+    assert changed.nodes[0].labels == {"written": "in SQL"}
+
+    node = Node.objects.get(cluster=sliced, name=name)
+    node.pk, node.name = None, "added"
+    node.save()
+    assert "added" in snapshot.cluster_nodes(sliced.pk).ids
+
+    cluster_id = sliced.pk
+    assert NodeGeneration.objects.filter(cluster_id=cluster_id).exists()
+    sliced.delete()
+    assert not NodeGeneration.objects.filter(cluster_id=cluster_id).exists()
