@@ -23,9 +23,21 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from django.db.models import Field, ForeignKey, Model
+from django.db.models import (
+    AutoField,
+    BigAutoField,
+    BooleanField,
+    CharField,
+    Field,
+    ForeignKey,
+    Model,
+    SmallAutoField,
+    TextField,
+)
 from django.db.models.expressions import RawSQL
+from psycopg.adapt import PyFormat, Transformer
 from psycopg.types.json import Jsonb
+from psycopg.types.numeric import Int2, Int4, Int8
 
 # A statement's size stays bounded whatever the database allows.
 MAX_ROWS_PER_STATEMENT = 1000
@@ -128,10 +140,12 @@ def _execute(
     column of what it returned (with `returning`). `into`, a table and its columns: by COPY
     there instead, when COPY is worth it."""
     rows = list(rows)
-    prepare = _Preparer(columns)
+    if not rows:
+        return 0, []
     types = _array_types(columns)
     if types and not returning and len(rows) >= COPY_MIN_ROWS:
-        return _copy(types, map(prepare, rows), statement, into), []
+        return _copy(types, columns, rows, statement, into), []
+    values = _prepared(columns, rows)
     if types:
         per_statement = MAX_ROWS_PER_STATEMENT
         arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
@@ -143,12 +157,12 @@ def _execute(
     changed, returned = 0, []
     with connection.cursor() as cursor:
         for start in range(0, len(rows), per_statement):
-            chunk = rows[start : start + per_statement]
+            chunk = [column[start : start + per_statement] for column in values]
             if types:
-                params = [list(column) for column in zip(*map(prepare, chunk), strict=True)]
+                params = chunk
             else:
-                params = [value for row in chunk for value in prepare(row)]
-                sql = statement("VALUES " + ", ".join([placeholders] * len(chunk)), False)
+                params = [value for row in zip(*chunk, strict=True) for value in row]
+                sql = statement("VALUES " + ", ".join([placeholders] * len(chunk[0])), False)
             cursor.execute(sql, params)
             if returning:  # fetched first: SQLite counts a RETURNING statement's rows as read
                 returned += [value for (value,) in cursor.fetchall()]
@@ -160,7 +174,8 @@ def _execute(
 
 def _copy(
     types: Sequence[str],
-    rows: Iterable[Sequence[Any]],
+    columns: Sequence[Field[Any, Any]],
+    rows: Sequence[Sequence[Any]],
     statement: Callable[[str, bool], str],
     into: str,
 ) -> int:
@@ -168,59 +183,110 @@ def _copy(
     `statement` reads. Returns how many rows were written (`into`) or changed."""
     if into:
         with connection.cursor() as cursor:
-            return _copy_rows(cursor, into, rows)
+            return _copy_rows(cursor, into, columns, rows)
     names = [f"column{number}" for number in range(1, len(types) + 1)]
-    columns = ", ".join(f"{name} {db_type}" for name, db_type in zip(names, types, strict=True))
+    table = ", ".join(f"{name} {db_type}" for name, db_type in zip(names, types, strict=True))
     # Gone at the commit even if a statement fails (its error aborts the transaction anyway).
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute(f"CREATE TEMPORARY TABLE {COPY_TABLE} ({columns}) ON COMMIT DROP")
-        _copy_rows(cursor, f"{COPY_TABLE} ({', '.join(names)})", rows)
+        cursor.execute(f"CREATE TEMPORARY TABLE {COPY_TABLE} ({table}) ON COMMIT DROP")
+        _copy_rows(cursor, f"{COPY_TABLE} ({', '.join(names)})", columns, rows)
         cursor.execute(statement(f"SELECT * FROM {COPY_TABLE}", True))  # noqa: S608 (ours)
         changed: int = cursor.rowcount
         cursor.execute(f"DROP TABLE {COPY_TABLE}")
     return changed
 
 
-def _copy_rows(cursor: Any, into: str, rows: Iterable[Sequence[Any]]) -> int:
+def _copy_rows(
+    cursor: Any, into: str, columns: Sequence[Field[Any, Any]], rows: Sequence[Sequence[Any]]
+) -> int:
     """psycopg's COPY on Django's cursor's own (text format: each value as psycopg dumps it
     for a query, its type left to the column)."""
-    count = 0
+    values = _prepared(columns, rows, _copy_text(cursor.cursor))
     with cursor.cursor.copy(f"COPY {into} FROM STDIN") as copy:
-        for row in rows:
+        for row in zip(*values, strict=True):
             copy.write_row(row)
-            count += 1
-    return count
+    return len(rows)
 
 
-class _Preparer:
-    """A row's values as the database takes them (`Field.get_db_prep_save`). A column repeats
-    values (one timestamp, a phase, NULL, an event's data) and preparing one costs
-    microseconds: each distinct value of a column is prepared once."""
+def _copy_text(cursor: Any) -> Callable[[Any], Any]:
+    """A prepared value as COPY's text format takes it: psycopg's text of it, which its COPY
+    would write for the value itself. Made once for the rows sharing a value: dumping a
+    timestamp or JSON costs psycopg a microsecond, writing text a tenth of that. Values it
+    writes as fast as text (NULL, text, integers as Django's integer fields give them,
+    booleans) stay as they are."""
+    transformer = Transformer.from_context(cursor)
+    encoding = cursor.connection.info.encoding
 
-    def __init__(self, columns: Sequence[Field[Any, Any]]) -> None:
-        self.columns = columns
-        self.prepared: list[dict[Any, Any]] = [{} for _ in columns]
-        # The connection itself: each attribute of the `connection` proxy is a look-up in
-        # thread-local (asgiref) storage, which preparing a value makes a few of.
-        self.connection = connections[DEFAULT_DB_ALIAS]
+    def text(value: Any) -> Any:
+        if value is None or type(value) in _COPIED_AS_IS:
+            return value
+        dumped = transformer.get_dumper(value, PyFormat.TEXT).dump(value)
+        return None if dumped is None else bytes(dumped).decode(encoding)
 
-    def __call__(self, row: Sequence[Any]) -> list[Any]:
-        values = []
-        db = self.connection
-        for field, prepared, value in zip(self.columns, self.prepared, row, strict=True):
-            kind = type(value)  # in the key: True and 1 are equal, their JSON is not
-            key = _json_key(value) if kind is dict or kind is list else (kind, value)
-            try:
-                result = prepared.get(key, _UNPREPARED)
-            except TypeError:  # unhashable: a tuple holding a JSON object, say
-                result = field.get_db_prep_save(value, db)
-            else:
-                if result is _UNPREPARED:
-                    result = prepared[key] = _encoded(field.get_db_prep_save(value, db))
-            values.append(result)
-        return values
+    return text
 
 
+_COPIED_AS_IS = frozenset({str, int, bool, Int2, Int4, Int8})
+
+
+def _prepared(
+    columns: Sequence[Field[Any, Any]],
+    rows: Sequence[Sequence[Any]],
+    dump: Callable[[Any], Any] | None = None,
+) -> list[list[Any]]:
+    """The values of each column (`rows` being tuples of `columns`' values) as the database
+    takes them (`Field.get_db_prep_save`), each passed through `dump` if given."""
+    # The connection itself: each attribute of the `connection` proxy is a look-up in
+    # thread-local (asgiref) storage, which preparing a value makes a few of.
+    db = connections[DEFAULT_DB_ALIAS]
+    return [
+        _prepared_column(field, values, db, dump)
+        for field, values in zip(columns, zip(*rows, strict=True), strict=True)
+    ]
+
+
+def _prepared_column(
+    field: Field[Any, Any], values: Sequence[Any], db: Any, dump: Callable[[Any], Any] | None
+) -> list[Any]:
+    """A column repeats values (one timestamp, a phase, NULL, an event's data) and preparing
+    one costs microseconds: each distinct value is prepared once, and a column of values its
+    field takes as they are (`_as_is`: names, messages, keys) is not gone through at all."""
+    if set(map(type, values)) <= _as_is(field):
+        return list(values)
+    prepared: dict[Any, Any] = {}
+    column = []
+    for value in values:
+        kind = type(value)  # in the key: True and 1 are equal, their JSON is not
+        key = _json_key(value) if kind is dict or kind is list else (kind, value)
+        try:
+            result = prepared.get(key, _UNPREPARED)
+        except TypeError:  # unhashable: a tuple holding a JSON object, say
+            result = _ready(field.get_db_prep_save(value, db), dump)
+        else:
+            if result is _UNPREPARED:
+                result = prepared[key] = _ready(field.get_db_prep_save(value, db), dump)
+        column.append(result)
+    return column
+
+
+def _as_is(field: Field[Any, Any]) -> frozenset[type]:
+    """The types of value `field` prepares by giving them back unchanged (Django's fields of
+    those classes; a subclass may convert them)."""
+    if type(field) is ForeignKey:  # its key's own, but that "" may become NULL
+        return _AS_IS.get(type(field.target_field), frozenset()) - {str}
+    return _AS_IS.get(type(field), frozenset())
+
+
+_TEXT, _INTEGER = frozenset({str}), frozenset({int})
+_AS_IS: dict[type, frozenset[type]] = {
+    CharField: _TEXT,
+    TextField: _TEXT,
+    BooleanField: frozenset({bool}),
+    # Not the other integer fields: on PostgreSQL they wrap integers in psycopg's types.
+    AutoField: _INTEGER,
+    BigAutoField: _INTEGER,
+    SmallAutoField: _INTEGER,
+}
 _UNPREPARED = object()
 # A JSON object or array of these (keys and values) is told by their values and types alone
 # (not float: 0.0 and -0.0 are equal, their JSON is not).
@@ -238,9 +304,12 @@ def _json_key(value: dict[Any, Any] | list[Any]) -> Any:
     return type(value), items, types
 
 
-def _encoded(prepared: Any) -> Any:
-    """A JSON value as psycopg takes it (`Jsonb`), encoded now: psycopg encodes its object
-    each time it is sent, so rows sharing one would each encode it again."""
+def _ready(prepared: Any, dump: Callable[[Any], Any] | None) -> Any:
+    """A prepared value through `dump`; without, a JSON value as psycopg takes it (`Jsonb`),
+    encoded now: psycopg encodes its object each time it is sent, so rows sharing one would
+    each encode it again."""
+    if dump is not None:
+        return dump(prepared)
     if not isinstance(prepared, Jsonb) or prepared.dumps is None:
         return prepared
     data = prepared.dumps(prepared.obj)
