@@ -328,7 +328,10 @@ class Pod(models.Model):
         SUCCEEDED = "Succeeded"
         FAILED = "Failed"
 
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pods")
+    # No index of its own: `unique_pod` and the (cluster, phase, node) index lead with it.
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="pods", db_index=False
+    )
     owner = models.ForeignKey(KubeObject, on_delete=models.CASCADE, related_name="pods")
     workload = models.ForeignKey(
         Workload,
