@@ -34,10 +34,6 @@ EVENTS_LOCK = 0x4556_4E54
 # numbering it after the commit would write each of its rows twice.
 NUMBER_IN_PLACE_FROM = 100
 NUMBERING_BATCH = 1000
-# Numbering after a commit does not wait for the event log's lock: whoever holds it numbers,
-# once it has committed, what was committed meanwhile, up to this many times over
-# (`number_events`).
-NUMBERING_PASSES = 10
 EVENT_FIELDS = Event._meta.concrete_fields
 # `new_event` sets each of them.
 assert [f.attname for f in EVENT_FIELDS] == [
@@ -163,9 +159,8 @@ def record_events(events: list[Event]) -> list[Event]:
 
     On PostgreSQL a few events go in without a number and without the event log's lock, so
     that concurrent writers commit side by side, and `number_events` numbers them after the
-    commit, unless another numbers already (who then numbers them). A large batch, and every
-    batch on SQLite (whose writer is alone anyway), is numbered in place, under the lock,
-    after the events committed before it.
+    commit. A large batch, and every batch on SQLite (whose writer is alone anyway), is
+    numbered in place, under the lock, after the events committed before it.
     """
     if not events:
         return events
@@ -175,7 +170,7 @@ def record_events(events: list[Event]) -> list[Event]:
         return events
     if connection.vendor == "postgresql" and len(events) < NUMBER_IN_PLACE_FROM:
         _insert(events)
-        transaction.on_commit(partial(number_events, events, wait=False), robust=True)
+        transaction.on_commit(partial(number_events, events), robust=True)
         return events
     with transaction.atomic(savepoint=False):
         lock_event_log()
@@ -186,9 +181,6 @@ def record_events(events: list[Event]) -> list[Event]:
             event.seq = number
         _insert(events)
         transaction.on_commit(partial(publish, [*earlier, *events]))
-        if connection.vendor == "postgresql":
-            # Writers that found the lock taken until this commit left their events to it.
-            transaction.on_commit(partial(number_events, wait=False), robust=True)
     return events
 
 
@@ -196,24 +188,12 @@ def number_events(mine: Sequence[Event] = (), *, wait: bool = True) -> list[Even
     """Give the committed events without a seq theirs, in the order of their ids, and publish
     them once that commits. Runs after each commit that left events unnumbered (`mine`, which
     get their seq here, whoever numbered them), and from beat for a writer that stopped between
-    its commit and this.
-
-    Without `wait`, nothing is done while another holds the event log's lock: writers do not
-    queue up behind each other's numbering. Whoever holds it looks again once it has
-    committed, and numbers what was committed meanwhile, NUMBERING_PASSES times at most (then
-    the next writer, a reader or beat will): a writer that found the lock taken had committed
-    before the holder released it, so the holder's next look sees its events."""
-    numbered: list[Event] = []
-    for _ in range(NUMBERING_PASSES):
-        with transaction.atomic():
-            if not lock_event_log(wait=wait):
-                break
-            batch = _number_committed()
-            transaction.on_commit(partial(publish, batch))
-        numbered += batch
-        if not Event.objects.filter(seq__isnull=True).exists():
-            break
-        wait = False
+    its commit and this. Without `wait`, nothing is done while another numbers."""
+    with transaction.atomic():
+        if not lock_event_log(wait=wait):
+            return []
+        numbered = _number_committed()
+        transaction.on_commit(partial(publish, numbered))
     seqs = {event.pk: event.seq for event in numbered}
     if any(event.pk not in seqs for event in mine):  # another process was first
         seqs.update(Event.objects.filter(pk__in=[e.pk for e in mine]).values_list("pk", "seq"))

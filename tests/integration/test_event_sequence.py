@@ -103,39 +103,3 @@ def test_a_backlog_longer_than_a_numbering_statement_is_numbered_before_what_fol
     record_event("later", at=timezone.now(), message="")
 
     assert numbered() == [*((f"stranded.{i}", i + 1) for i in range(5)), ("later", 6)]
-
-
-def test_a_writer_leaves_its_events_to_whoever_numbers_and_does_not_wait(monkeypatch):
-    """Writers do not queue behind each other's numbering: one that finds the event log's lock
-    taken returns at once, and the holder numbers its events once it has committed."""
-    holding, release = threading.Event(), threading.Event()
-    first_pass = services._number_committed
-
-    def held_open() -> list[Event]:
-        numbered = first_pass()
-        if threading.current_thread() is numberer and not holding.is_set():
-            holding.set()
-            release.wait(10)
-        return numbered
-
-    def number() -> None:
-        try:
-            services.number_events()
-        finally:
-            connection.close()
-
-    monkeypatch.setattr(services, "_number_committed", held_open)
-    numberer = threading.Thread(target=number)
-    stranded("before")
-    numberer.start()
-    assert holding.wait(10)
-
-    with transaction.atomic():
-        during = record_event("during", at=timezone.now(), message="during")
-
-    assert during.seq is None, "it waited for the lock and numbered its event itself"
-    release.set()
-    numberer.join(10)
-    # Numbered by the holder (a reader would number it too: read the rows as they are).
-    rows = Event.objects.order_by("id").values_list("kind", "seq")
-    assert list(rows) == [("before", 1), ("during", 2)]
