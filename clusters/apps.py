@@ -11,7 +11,8 @@ class ClustersConfig(AppConfig):
     def ready(self) -> None:
         from clusters.models import Cluster
 
-        # Sent once the cluster's nodes are deleted too (which counted), in its transaction.
+        # Sent once the cluster's nodes are deleted too (a write that stamps its generation),
+        # in its transaction.
         post_delete.connect(_forget_node_generation, sender=Cluster, dispatch_uid=__name__)
 
 

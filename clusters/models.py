@@ -162,12 +162,13 @@ class Node(models.Model):
 
 
 class NodeGeneration(models.Model):
-    """How many statements have written a cluster's nodes: database triggers (migration 0007)
-    count every insert, update and delete in the writer's transaction, whoever writes. A
-    reader that keeps the nodes it converted (workloads.snapshot.cluster_nodes) reads this one
-    row, and the nodes again only when it changed."""
+    """A stamp that database triggers (migration 0007) change at every insert, update and
+    delete of a cluster's nodes, in the writer's transaction, whoever writes. A reader that
+    keeps the nodes it converted (workloads.snapshot.cluster_nodes) reads this one row, and the
+    nodes again only when it changed. Each stamp is new, never a count: a rolled-back write's
+    count would come back for other nodes."""
 
-    # A plain integer, not a foreign key: deleting a cluster deletes its nodes, which counts.
+    # A plain integer, not a foreign key: deleting a cluster deletes its nodes, which stamps.
     cluster_id = models.BigIntegerField(primary_key=True)
     generation = models.BigIntegerField(default=0)
 

@@ -609,8 +609,8 @@ def cluster_nodes(cluster_id: int) -> ClusterNodes:
 
     Every admission run of a TAS cluster, and every round of the simulated kube-scheduler,
     asks for them, and they seldom change: the nodes this process converted last are kept,
-    and read again only when the cluster's `NodeGeneration` (which database triggers bump at
-    every write to its nodes, whoever writes) is no longer the one read before them. So any
+    and read again only when the cluster's `NodeGeneration` (a stamp database triggers renew
+    at every write to its nodes, whoever writes) is no longer the one read before them. So any
     process's change shows at the next call, and an unchanged fleet costs one small query."""
     # Read before the nodes: a change committed in between shows in the nodes now, and in
     # the generation next time, which reads them again.

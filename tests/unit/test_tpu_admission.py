@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from clusters import services as cluster_services
@@ -312,8 +313,8 @@ def test_stored_manifest_keeps_the_annotations_as_applied(sliced):
 
 
 def test_an_unchanged_fleet_is_not_read_again_and_any_write_to_it_shows(sliced):
-    """The converted nodes are kept while the cluster's NodeGeneration, which triggers count
-    up at every write to its nodes, stays the same: whoever writes, even in plain SQL."""
+    """The converted nodes are kept while the cluster's NodeGeneration, a stamp triggers renew
+    at every write to its nodes, stays the same: whoever writes, even in plain SQL."""
     first = snapshot.cluster_nodes(sliced.pk)
     with CaptureQueriesContext(connection) as queries:
         assert snapshot.cluster_nodes(sliced.pk) is first
@@ -338,3 +339,19 @@ def test_an_unchanged_fleet_is_not_read_again_and_any_write_to_it_shows(sliced):
     assert NodeGeneration.objects.filter(cluster_id=cluster_id).exists()
     sliced.delete()
     assert not NodeGeneration.objects.filter(cluster_id=cluster_id).exists()
+
+
+def test_a_rolled_back_write_to_nodes_never_stands_for_another(sliced):
+    """A reader that saw its own write to the nodes, rolled back, must not take a later write
+    for that one: each write stamps the generation anew (a count would repeat)."""
+    first, second = (n.name for n in snapshot.cluster_nodes(sliced.pk).nodes[:2])
+
+    with contextlib.suppress(RuntimeError), transaction.atomic():
+        Node.objects.filter(cluster=sliced, name=first).update(ready=False)
+        seen = {n.name: n.ready for n in snapshot.cluster_nodes(sliced.pk).nodes}
+        assert not seen[first]
+        raise RuntimeError("rolled back")
+    Node.objects.filter(cluster=sliced, name=second).update(ready=False)
+
+    now = {n.name: n.ready for n in snapshot.cluster_nodes(sliced.pk).nodes}
+    assert (now[first], now[second]) == (True, False)
