@@ -390,7 +390,9 @@ def _promote_checked(cluster: Cluster, now: datetime) -> bool:
 
 
 def _bind_pods(cluster: Cluster, now: datetime) -> bool:
-    if not Node.objects.filter(cluster=cluster, ready=True).exists():
+    fleet = cluster_nodes(cluster.pk)
+    nodes = [n for n in fleet.nodes if n.ready]
+    if not nodes:
         return False
     # Tuples, not model instances (thousands a round), and the scheduling fields as text: a
     # job's pods mostly share theirs, decoded once (`_pods`).
@@ -407,8 +409,6 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
     )
     if not waiting:
         return False
-    fleet = cluster_nodes(cluster.pk)
-    nodes = [n for n in fleet.nodes if n.ready]
     # Keyed by primary key: names repeat across namespaces (a LeaderWorkerSet's pods are named
     # after it and their index alone).
     candidates = _pods((str(pk), text) for pk, _, _, text, _ in waiting)
