@@ -216,19 +216,27 @@ def _number_committed() -> list[Event]:
         f"WHERE {table}.id = numbered.id RETURNING {columns}"
     )
     numbered: list[Event] = []
-    with connection.cursor() as cursor:
-        # Each numbered event leaves a dead entry in the index of unnumbered ones until a
-        # vacuum, and a bitmap scan of it visits them all every time (21 ms a submission after
-        # 200,000 events, with autovacuum off); a plain index scan marks them dead as it
-        # passes, once. For these statements alone (a rollback undoes it too).
-        cursor.execute("SET LOCAL enable_bitmapscan = off")
+    with _without_bitmap_scans():
         while True:
             batch = sorted(Event.objects.raw(numbering, [NUMBERING_BATCH]), key=attrgetter("seq"))
             numbered += batch
             if len(batch) < NUMBERING_BATCH:
-                break
+                return numbered
+
+
+@contextmanager
+def _without_bitmap_scans() -> Iterator[None]:
+    """PostgreSQL: each numbered event leaves a dead entry in the index of unnumbered ones
+    until a vacuum, and a bitmap scan of it visits them all every time (21 ms a submission
+    after 200,000 events, with autovacuum off); a plain index scan marks them dead as it
+    passes, once. For the statements inside alone (a rollback undoes it too)."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        yield
         cursor.execute("SET LOCAL enable_bitmapscan TO DEFAULT")
-    return numbered
 
 
 def numbered_events() -> QuerySet[Event]:
