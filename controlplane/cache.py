@@ -1,9 +1,12 @@
-"""Django's Redis cache backend, with one redis-py client per connection pool.
+"""Django's Redis cache backend, with connection pools and redis-py clients shared by the
+whole process.
 
-Django's builds a new `redis.Redis` for every cache call, and each fills a dict of some 170
-response callbacks: about half the time of a cache call. A client holds no state of its own
-beyond its pool (a command borrows a connection from the pool and gives it back), so one
-per pool serves every call; Django keeps a cache backend per thread anyway.
+Django keeps a cache backend per thread and, under ASGI, per request (each request runs in a
+context of its own), and each backend opened pools of its own: every API request opened a new
+connection to Redis for its rate limit (a TCP handshake, and redis-py's client setup, which
+reads its own package metadata from disk). Django also builds a new `redis.Redis` for every
+cache call, and each fills a dict of some 170 response callbacks. Pools are thread-safe and a
+client holds no state beyond its pool, so one of each per server serves every backend.
 """
 
 from __future__ import annotations
@@ -13,18 +16,25 @@ from typing import Any
 import redis
 from django.core.cache.backends import redis as django_redis
 
+# By server URL and pool options; redis-py pools notice a fork and start afresh in the child.
+_pools: dict[tuple[str, str], redis.ConnectionPool] = {}
+_clients: dict[redis.ConnectionPool, redis.Redis] = {}
+
 
 class RedisCacheClient(django_redis.RedisCacheClient):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._clients: dict[redis.ConnectionPool, redis.Redis] = {}
+    def _get_connection_pool(self, write: bool) -> redis.ConnectionPool:
+        # Django's own choice of server (its attributes are not in its type stubs).
+        server = self._servers[self._get_connection_pool_index(write)]  # type: ignore[attr-defined]
+        options: dict[str, Any] = self._pool_options  # type: ignore[attr-defined]
+        key = (server, repr(sorted(options.items())))
+        if (pool := _pools.get(key)) is None:
+            pool = _pools.setdefault(key, self._pool_class.from_url(server, **options))  # type: ignore[attr-defined]
+        return pool
 
     def get_client(self, key: Any = None, *, write: bool = False) -> redis.Redis:
-        # Django's own choice of server (its pools are not in its type stubs).
-        pool = self._get_connection_pool(write)  # type: ignore[attr-defined]
-        client = self._clients.get(pool)
-        if client is None:
-            client = self._clients[pool] = redis.Redis(connection_pool=pool)
+        pool = self._get_connection_pool(write)
+        if (client := _clients.get(pool)) is None:
+            client = _clients.setdefault(pool, redis.Redis(connection_pool=pool))
         return client
 
 

@@ -1,10 +1,11 @@
 """The rate limit on a real Redis (a private redis-server) through controlplane/cache.py's
-backend: one redis-py client serves every cache call, the counters still add up across requests,
-threads and web processes, stay two small integers per token, and the client outlives a Redis
-restart."""
+backend: one redis-py client and one connection serve every request of a web process, the
+counters still add up across requests, threads and web processes, stay two small integers per
+token, and the client outlives a Redis restart."""
 
 from __future__ import annotations
 
+import contextvars
 import os
 import subprocess
 import sys
@@ -15,10 +16,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import redis
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
 from django.core.cache import caches
+from django.test import AsyncClient
 
 from api.throttling import TokenRateThrottle
 from controlplane.cache import RedisCache
+from teams import services as teams
 from teams.models import ApiToken
 from tests.integration.servers import PrivateRedis
 
@@ -63,10 +69,10 @@ def test_one_client_serves_every_call_and_the_limit_holds(redis_cache, alice, bo
     assert int(limited["Retry-After"]) > 0
     assert bob.get("/api/v1/me").status_code == 200
 
-    # Reads and writes of the one server went through one client, made once.
-    clients = redis_cache._cache._clients
-    assert len(clients) == 1
-    assert redis_cache._cache.get_client(write=True) is redis_cache._cache.get_client()
+    # Reads and writes of the one server go through one client, whichever backend asks.
+    client = redis_cache._cache.get_client()
+    assert redis_cache._cache.get_client(write=True) is client
+    assert RedisCache(settings.CACHES["default"]["LOCATION"], {})._cache.get_client() is client
     # The counters are in Redis: another web process's backend sees alice's three requests
     # (in this minute's counter, or the last one's if a minute began meanwhile).
     elsewhere = RedisCache(settings.CACHES["default"]["LOCATION"], {})
@@ -91,7 +97,25 @@ def test_the_limit_lets_requests_through_while_redis_is_down_and_counts_again_af
     assert caplog.text.count("rate limit not applied") == 3
     redis_server.start()  # without persistence: the counters start again from none
     assert [alice.get("/api/v1/me").status_code for _ in range(3)] == [200, 200, 429]
-    assert len(redis_cache._cache._clients) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_requests_through_the_asgi_application_share_one_connection(
+    redis_server, redis_cache, tenants, settings
+):
+    # Under ASGI each request runs in a context of its own, with a cache backend of its own:
+    # each used to open a connection to Redis of its own for its rate limit.
+    settings.ACCELPLANE_API_RATE = "1000/min"
+    _, token = teams.issue_token(User.objects.get(username="alice"))
+    client, auth = AsyncClient(), {"authorization": f"Bearer {token}"}
+    server = redis.Redis.from_url(redis_server.url)
+    before = server.info("stats")["total_connections_received"]
+    for _ in range(10):
+        # In a context of its own, as a web server runs each request: with no cache backend yet.
+        response = contextvars.Context().run(async_to_sync(client.get), "/api/v1/me", headers=auth)
+        assert response.status_code == 200, response.content
+    # The first request's connection at most, whatever the number of requests.
+    assert server.info("stats")["total_connections_received"] - before <= 1
 
 
 class Clock:
