@@ -12,12 +12,12 @@ from django.apps import apps
 from events.models import Event
 from events.services import number_events
 from workloads.models import (
-    AdmissionCacheOwner,
     Checkpoint,
     KubeObject,
     Pod,
     Workload,
     WorkloadChange,
+    WorkloadChangeLog,
 )
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -188,7 +188,7 @@ def row_counts():
     return {
         model._meta.label: model._default_manager.count()
         for model in apps.get_models()
-        if model not in (WorkloadChange, AdmissionCacheOwner)
+        if model not in (WorkloadChange, WorkloadChangeLog)
     }
 
 

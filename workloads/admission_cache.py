@@ -1,4 +1,4 @@
-"""The workloads admission reads, kept in memory between runs by the process that holds a
+"""The workloads admission reads, kept in memory between runs by each process that takes a
 cluster's admission lock.
 
 Read straight from the database (`snapshot.query_active_rows`), every run ranked all pending
@@ -9,26 +9,32 @@ this process's own admissions, the simulated cluster, submissions, watches and t
 A change that only parked or unparked a workload carries the new value, and is applied here
 without reading the row.
 
-The database stays the source of truth. A cluster this process has not read yet, or whose
-changes another process consumed since (`AdmissionCacheOwner`), is read in full. Only a caller
-holding the cluster's admission lock may use the cache (`admission.admit_pending`): the lock
-orders the reads, so no change is consumed twice or missed.
+Workers take turns on a cluster's lock, so the changes are a log that every worker's cache
+reads, as an informer follows a watch: each run gives the changes no run has read yet the
+cluster's next batch number (`WorkloadChangeLog`), and a cache reads the batches numbered since
+its last run, its own and other workers'. Numbering under the lock orders the batches as their
+runs commit: a change committed late gets a later batch, never one a cache has passed. Old
+batches are deleted; a cache that had not seen them, or a cluster this process has not read
+yet, is read in full. The database stays the source of truth. Only a caller holding the
+cluster's admission lock may use the cache (`admission.admit_pending`).
 """
 
 from __future__ import annotations
 
 import uuid
 from bisect import bisect_left, insort
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 
 from clusters.models import Cluster
 from controlplane import bulk
-from workloads.models import AdmissionCacheOwner, Workload, WorkloadChange
+from workloads.models import Workload, WorkloadChange, WorkloadChangeLog
 from workloads.snapshot import WorkloadRow, query_active_rows, read_rows
 
 # A row as `read_rows` returns it, then whether it is active and when its back-off ends.
@@ -37,9 +43,15 @@ _QueueKey = tuple[str, str]
 # Queue order (Kueue's, as `snapshot.query_active_rows` sorts): preempting first, then higher
 # priority, then older, then by name; the primary key makes each entry unique.
 _Entry = tuple[tuple[bool, int, datetime, str], int]
+# A noted change: its id, its workload, and the new `parked` if that was all that changed.
+_Change = tuple[int, int, bool | None]
 
 _PARKED = 11  # `parked` in a WorkloadRow (snapshot._WORKLOAD_COLUMNS)
 PENDING = Q(phase=Workload.Phase.PENDING)
+# Every PRUNE_EVERY batches, those older than the last KEEP_BATCHES are deleted: a worker that
+# sat out that many runs of a cluster reads it in full. The log holds at most their sum.
+KEEP_BATCHES = 1024
+PRUNE_EVERY = 256
 
 
 class CacheDrift(AssertionError):
@@ -49,6 +61,13 @@ class CacheDrift(AssertionError):
 @dataclass
 class _ClusterWorkloads:
     token: str
+    """Of the cluster's log (`WorkloadChangeLog`)."""
+    batch: int
+    """The last batch of changes applied here: every earlier one was too."""
+    committed: int = 0
+    """The last batch whose run committed, as it learnt when it did."""
+    confirm: Callable[[], None] | None = None
+    """The last run's commit callback, pending while its transaction is open."""
     rows: dict[int, _CachedRow] = field(default_factory=dict)
     """Every workload holding quota or pending (parked, deactivated or in a back-off too, so
     that parking changes apply here), by primary key."""
@@ -84,6 +103,23 @@ class _ClusterWorkloads:
             else:
                 self._enqueue(row)
         return True
+
+    def ran(self, batch: int) -> None:
+        """This run applied `batch`: trusted in the next run once the transaction commits."""
+        self.batch = batch
+        self.confirm = partial(setattr, self, "committed", batch)
+        transaction.on_commit(self.confirm)
+
+    def trusted(self) -> bool:
+        """Whether the database holds what this cache applied: its last run committed, or runs
+        in this thread's transaction, still open, with its savepoint not rolled back (Django
+        drops a savepoint's commit callbacks with it). A run rolled back, a what-if's say,
+        leaves changes here that the database took back, and its batch number may be another
+        run's by now."""
+        if self.committed == self.batch:
+            return True
+        # (savepoints, callback, robust); the last run's is near the end.
+        return any(entry[1] is self.confirm for entry in reversed(connection.run_on_commit))
 
     def forget(self, pk: int) -> None:
         if self.rows.pop(pk, None) is None:
@@ -129,11 +165,28 @@ def active_rows(cluster: Cluster, heads_per_queue: int) -> list[WorkloadRow]:
 
 
 def _current(cluster_id: int) -> _ClusterWorkloads:
+    token, batch, pruned = _next_batch(cluster_id)
     cached = _clusters.get(cluster_id)
-    owner = AdmissionCacheOwner.objects.filter(cluster_id=cluster_id).values_list("token")
-    if cached is None or owner.first() != (cached.token,):
-        return _reload(cluster_id)
-    changed, parked = _consume_changes(cluster_id)
+    if (
+        cached is None
+        or cached.token != token
+        or not pruned <= cached.batch < batch
+        or not cached.trusted()
+    ):
+        cached = _reload(cluster_id, token, batch)
+    else:
+        changes = _number_changes(cluster_id, batch)
+        if cached.batch < batch - 1:  # other workers' runs since this one's: theirs first
+            changes = _read_batches(cluster_id, cached.batch, batch) + changes
+        _apply(cached, changes)
+    cached.ran(batch)
+    if batch % PRUNE_EVERY == 0 and batch > KEEP_BATCHES:
+        _prune(cluster_id, batch - KEEP_BATCHES)
+    return cached
+
+
+def _apply(cached: _ClusterWorkloads, changes: list[_Change]) -> None:
+    changed, parked = _changed(changes)
     changed += [pk for pk, value in parked.items() if not cached.park(pk, value)]
     if changed:
         fresh = _read(Workload.objects.filter(pk__in=bulk.key_set(changed)))
@@ -141,15 +194,12 @@ def _current(cluster_id: int) -> _ClusterWorkloads:
             cached.forget(pk)
         for row in fresh:
             cached.put(row)
-    return cached
 
 
-def _reload(cluster_id: int) -> _ClusterWorkloads:
-    token = uuid.uuid4().hex
-    AdmissionCacheOwner.objects.update_or_create(cluster_id=cluster_id, defaults={"token": token})
-    # Consumed before the read: a change committed in between is read now and again next time.
-    _consume_changes(cluster_id)
-    cached = _ClusterWorkloads(token)
+def _reload(cluster_id: int, token: str, batch: int) -> _ClusterWorkloads:
+    # Numbered before the read: a change committed in between is read now and again later.
+    _number_changes(cluster_id, batch)
+    cached = _ClusterWorkloads(token, batch)
     rows = Workload.objects.filter(Q(phase__in=Workload.HOLDING_QUOTA) | PENDING)
     for row in _read(rows.filter(cluster_id=cluster_id)):
         cached.put(row)
@@ -158,32 +208,67 @@ def _reload(cluster_id: int) -> _ClusterWorkloads:
 
 
 def forget_cluster(cluster_id: int) -> None:
-    """A deleted cluster's noted changes (deleting its workloads noted one each) and its
-    cache's owner: nobody admits on it again to consume them."""
+    """A deleted cluster's noted changes (deleting its workloads noted one each) and its log:
+    nobody admits on it again to read them."""
     WorkloadChange.objects.filter(cluster_id=cluster_id).delete()
-    AdmissionCacheOwner.objects.filter(cluster_id=cluster_id).delete()
+    WorkloadChangeLog.objects.filter(cluster_id=cluster_id).delete()
     _clusters.pop(cluster_id, None)
 
 
-def _consume_changes(cluster_id: int) -> tuple[list[int], dict[int, bool]]:
-    """Deletes the cluster's noted changes, in one statement (only what it deletes is read, so
-    a change committed meanwhile stays for the next call), and returns the workloads to read
-    again, and those whose changes since the last call only set `parked`, with its value."""
+def _next_batch(cluster_id: int) -> tuple[str, int, int]:
+    """The cluster's log's token, its next batch number, and the last batch pruned."""
+    table = connection.ops.quote_name(WorkloadChangeLog._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET batch = batch + 1 WHERE cluster_id = %s "  # noqa: S608
+            "RETURNING token, batch, pruned",
+            [cluster_id],
+        )
+        if (found := cursor.fetchone()) is not None:
+            token, batch, pruned = found
+            return token, batch, pruned
+    log = WorkloadChangeLog.objects.create(cluster_id=cluster_id, token=uuid.uuid4().hex, batch=1)
+    return log.token, log.batch, log.pruned
+
+
+def _number_changes(cluster_id: int, batch: int) -> list[_Change]:
+    """Gives every change no run has read yet the number `batch`, and returns them in the
+    order they were made. Only the changes it numbers are read: one committed meanwhile is
+    left for the next run."""
     table = connection.ops.quote_name(WorkloadChange._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"DELETE FROM {table} WHERE cluster_id = %s "  # noqa: S608
-            "RETURNING id, workload_id, parked",
-            [cluster_id],
+            f"UPDATE {table} SET batch = %s "  # noqa: S608
+            "WHERE cluster_id = %s AND batch IS NULL RETURNING id, workload_id, parked",
+            [batch, cluster_id],
         )
-        changes = sorted(cursor.fetchall())
+        return sorted(cursor.fetchall())
+
+
+def _read_batches(cluster_id: int, after: int, before: int) -> list[_Change]:
+    """The changes of the batches between `after` and `before`, in the order they were
+    numbered and, within a batch, made."""
+    rows = WorkloadChange.objects.filter(
+        cluster_id=cluster_id, batch__gt=after, batch__lt=before
+    ).order_by("batch", "id")
+    return list(rows.values_list("id", "workload_id", "parked"))
+
+
+def _changed(changes: list[_Change]) -> tuple[list[int], dict[int, bool]]:
+    """The workloads to read again, and those whose changes only set `parked`, with its last
+    value: a row read again is read as it is now, whatever else changed before."""
     read, parked = set(), {}
-    for _, pk, value in changes:  # in the order they were made
+    for _, pk, value in changes:
         if value is None:
             read.add(pk)
         elif pk not in read:
             parked[pk] = bool(value)
     return sorted(read), {pk: v for pk, v in parked.items() if pk not in read}
+
+
+def _prune(cluster_id: int, through: int) -> None:
+    WorkloadChange.objects.filter(cluster_id=cluster_id, batch__lte=through).delete()
+    WorkloadChangeLog.objects.filter(cluster_id=cluster_id).update(pruned=through)
 
 
 def _read(rows: QuerySet[Workload]) -> list[_CachedRow]:

@@ -478,8 +478,8 @@ class KueueWorkloadLink(models.Model):
 
 class WorkloadChange(models.Model):
     """A workload row inserted, deleted, or changed in a column admission reads: written by
-    database triggers (migration 0011) for every writer, read and deleted by the admission
-    cache (workloads/admission_cache.py) to refresh only those rows."""
+    database triggers (migration 0011) for every writer, numbered in batches and read by the
+    admission caches of every worker (workloads/admission_cache.py) to refresh only those rows."""
 
     # Plain integers, not foreign keys: a deleted workload's (or cluster's) change outlives it.
     cluster_id = models.BigIntegerField()
@@ -489,20 +489,28 @@ class WorkloadChange(models.Model):
     0013): the cache flips it in memory. Kueue moves inadmissible workloads back to their
     queues after every release of capacity, and they are parked again at the next run: most
     changes of a busy cluster are these two."""
+    batch = models.BigIntegerField(null=True)
+    """The admission run that first read it (`WorkloadChangeLog.batch`); none yet: NULL."""
 
     class Meta:
-        indexes = [models.Index(fields=["cluster_id", "id"], name="workload_change_idx")]
+        indexes = [models.Index(fields=["cluster_id", "batch"], name="workload_change_batch_idx")]
 
     def __str__(self) -> str:
         return f"{self.cluster_id}/{self.workload_id}"
 
 
-class AdmissionCacheOwner(models.Model):
-    """Which process's admission cache last read a cluster's changes. Another token means
-    another process consumed changes this one has not seen: it reloads in full."""
+class WorkloadChangeLog(models.Model):
+    """A cluster's batches of workload changes. Each admission run, under the cluster's
+    admission lock, takes the next batch number and gives it to every change no run has read
+    yet; a worker's cache reads the batches it has not seen. Batches up to `pruned` are deleted:
+    a cache that had not seen them reads the cluster in full."""
 
     cluster_id = models.BigIntegerField(primary_key=True)
     token = models.CharField(max_length=32)
+    """Made with the row: a cluster id used again (SQLite gives them back) has a new log,
+    which no cache has read."""
+    batch = models.BigIntegerField(default=0)
+    pruned = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
-        return f"{self.cluster_id}: {self.token}"
+        return f"{self.cluster_id}: batch {self.batch}, pruned through {self.pruned}"

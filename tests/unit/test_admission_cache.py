@@ -7,19 +7,22 @@ Both databases: CI runs this file on SQLite and on PostgreSQL, whose triggers di
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from tests.support import NAMESPACE, at, job
-from workloads import admission, admission_cache, runtime, services
-from workloads.models import AdmissionCacheOwner, Workload, WorkloadChange
+from workloads import admission, admission_cache, runtime, services, whatif
+from workloads.models import Workload, WorkloadChange, WorkloadChangeLog
 from workloads.snapshot import HEADS_PER_QUEUE, query_active_rows
 
 
+def _unread(cluster):
+    """The changes no admission run has read yet."""
+    return WorkloadChange.objects.filter(cluster_id=cluster.pk, batch=None)
+
+
 def _changes(cluster) -> list[int]:
-    return sorted(
-        WorkloadChange.objects.filter(cluster_id=cluster.pk).values_list("workload_id", flat=True)
-    )
+    return sorted(_unread(cluster).values_list("workload_id", flat=True))
 
 
 def _submit(cluster, name, gpus):
@@ -62,14 +65,14 @@ def test_the_triggers_note_inserts_deletes_and_changes_to_what_admission_reads(g
 def test_a_deleted_clusters_changes_and_cache_go_with_it(gpu_queues):
     _submit(gpu_queues, "running", gpus=2)
     admission.admit_pending(gpu_queues, at())
-    assert AdmissionCacheOwner.objects.filter(cluster_id=gpu_queues.pk).exists()
+    assert WorkloadChangeLog.objects.filter(cluster_id=gpu_queues.pk).exists()
     _submit(gpu_queues, "waiting", gpus=2)  # a change no run consumed yet
     cluster_id = gpu_queues.pk
 
     gpu_queues.delete()
 
     assert not WorkloadChange.objects.filter(cluster_id=cluster_id).exists()
-    assert not AdmissionCacheOwner.objects.filter(cluster_id=cluster_id).exists()
+    assert not WorkloadChangeLog.objects.filter(cluster_id=cluster_id).exists()
     assert cluster_id not in admission_cache._clusters
 
 
@@ -91,20 +94,68 @@ def test_a_write_behind_admissions_back_is_read_by_its_next_run(gpu_queues, unve
     assert [a.workload for a in decisions.admitted] == [f"{NAMESPACE}/{small.name}"]
 
 
-def test_changes_another_process_consumed_make_this_one_read_everything(gpu_queues, unverified):
-    """Two workers take turns on the admission lock. The other one's cache consumed the change
-    rows, so this process cannot learn from them: the owner token tells it to read it all."""
+class _Worker:
+    """Another worker's admission caches: swapped in for this process's while it runs."""
+
+    def __init__(self):
+        self.caches: dict = {}
+
+    def admit(self, cluster, now):
+        mine, admission_cache._clusters = admission_cache._clusters, self.caches
+        try:
+            return admission.admit_pending(cluster, now)
+        finally:
+            admission_cache._clusters = mine
+
+
+def _workload_reads(queries) -> list[str]:
+    return [q["sql"] for q in queries if 'FROM "workloads_workload"' in q["sql"]]
+
+
+def test_workers_taking_turns_read_each_others_batches_not_everything(gpu_queues, unverified):
+    """Two workers take turns on the admission lock. The other one numbered the changes in
+    its run: this one reads that batch of changes, and only the rows it names."""
+    other = _Worker()
+    big = _submit(gpu_queues, "big", gpus=6)
+    admission.admit_pending(gpu_queues, at())
+    _submit(gpu_queues, "small", gpus=2)
+    other.admit(gpu_queues, at())  # reads everything: its first run; `small` waits
+    runtime.finish([big], at(), Workload.Phase.FINISHED)
+    other.admit(gpu_queues, at(seconds=1))  # admits `small`: the batch names both
+
+    with CaptureQueriesContext(connection) as queries:
+        decisions = admission.admit_pending(gpu_queues, at(seconds=2))
+
+    assert not decisions.admitted  # it knows `small` holds the quota now
+    reads = _workload_reads(queries)
+    assert len(reads) == 1, reads
+    assert '"workloads_workload"."id" IN' in reads[0]
+    assert admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE) == query_active_rows(
+        gpu_queues, HEADS_PER_QUEUE
+    )
+
+
+def test_a_worker_that_missed_pruned_batches_reads_everything(gpu_queues, unverified, monkeypatch):
+    monkeypatch.setattr(admission_cache, "KEEP_BATCHES", 2)
+    monkeypatch.setattr(admission_cache, "PRUNE_EVERY", 1)
+    other = _Worker()
     big = _submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
     small = _submit(gpu_queues, "small", gpus=2)
-    admission.admit_pending(gpu_queues, at())
-
     runtime.finish([big], at(), Workload.Phase.FINISHED)
-    WorkloadChange.objects.all().delete()
-    AdmissionCacheOwner.objects.filter(cluster_id=gpu_queues.pk).update(token="another-worker")
-    decisions = admission.admit_pending(gpu_queues, at(seconds=1))
+    for second in range(1, 5):  # the other worker admits `small`, then runs on
+        other.admit(gpu_queues, at(seconds=second))
+    log = WorkloadChangeLog.objects.get(cluster_id=gpu_queues.pk)
+    assert log.pruned == log.batch - 2 > admission_cache._clusters[gpu_queues.pk].batch
+    # `big`'s finish, numbered by the other worker's first run, is gone with its batch.
+    assert not WorkloadChange.objects.filter(workload_id=big.pk).exists()
 
-    assert [a.workload for a in decisions.admitted] == [f"{NAMESPACE}/{small.name}"]
+    with CaptureQueriesContext(connection) as queries:
+        decisions = admission.admit_pending(gpu_queues, at(seconds=6))
+
+    assert not decisions.admitted
+    assert any('"workloads_workload"."phase" IN' in sql for sql in _workload_reads(queries))
+    assert Workload.objects.get(pk=small.pk).phase == Workload.Phase.ADMITTED
 
 
 def test_verification_fails_when_the_cache_and_the_database_disagree(gpu_queues):
@@ -123,11 +174,7 @@ def test_verification_fails_when_the_cache_and_the_database_disagree(gpu_queues)
 
 
 def _noted(cluster) -> list[tuple[int, bool | None]]:
-    return list(
-        WorkloadChange.objects.filter(cluster_id=cluster.pk)
-        .order_by("pk")
-        .values_list("workload_id", "parked")
-    )
+    return list(_unread(cluster).order_by("pk").values_list("workload_id", "parked"))
 
 
 def test_a_change_that_only_parks_or_unparks_carries_the_new_value(gpu_queues):
@@ -181,3 +228,41 @@ def test_a_parking_change_after_another_change_reads_the_row(gpu_queues, unverif
 
     assert rows == query_active_rows(gpu_queues, HEADS_PER_QUEUE)
     assert [row[4] for row in rows if row[0] == small.pk] == [small.priority + 5]
+
+
+def test_a_what_if_leaves_nothing_in_the_cache(gpu_queues):
+    """A what-if admits in a transaction it rolls back: the workload it imagined must not stay
+    in the cache (on PostgreSQL, whose ids are not given back, it stayed there as a phantom)."""
+    _submit(gpu_queues, "big", gpus=4)
+    admission.admit_pending(gpu_queues, at())
+    imagined = job("imagined", pods=1, gpus=2)
+    whatif.whatif(gpu_queues, imagined, "imagined.yaml", at(seconds=1), namespace=NAMESPACE)
+    small = _submit(gpu_queues, "small", gpus=2)
+
+    decisions = admission.admit_pending(gpu_queues, at(seconds=2))  # verified: no drift
+
+    assert [a.workload for a in decisions.admitted] == [f"{NAMESPACE}/{small.name}"]
+
+
+def test_a_run_rolled_back_is_not_trusted_though_its_batch_number_is_taken_again(
+    gpu_queues, unverified
+):
+    """This worker's run is rolled back; the other worker's next run takes the same batch
+    number, for changes this one never saw: it must not take them as read."""
+    other = _Worker()
+    big = _submit(gpu_queues, "big", gpus=6)
+    admission.admit_pending(gpu_queues, at())
+    small = _submit(gpu_queues, "small", gpus=2)
+    with transaction.atomic():
+        admission.admit_pending(gpu_queues, at(seconds=1))  # batch 2, `small` waits
+        transaction.set_rollback(True)
+    runtime.finish([big], at(), Workload.Phase.FINISHED)
+    other.admit(gpu_queues, at(seconds=2))  # batch 2 again: `big` finished, `small` admitted
+
+    decisions = admission.admit_pending(gpu_queues, at(seconds=3))
+
+    assert not decisions.admitted
+    assert admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE) == query_active_rows(
+        gpu_queues, HEADS_PER_QUEUE
+    )
+    assert Workload.objects.get(pk=small.pk).phase == Workload.Phase.ADMITTED
