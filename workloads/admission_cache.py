@@ -77,13 +77,13 @@ class _ClusterWorkloads:
     entries: dict[int, tuple[_QueueKey, _Entry]] = field(default_factory=dict)
 
     def put(self, cached: _CachedRow) -> None:
-        row, active, requeue_at = cached
+        row = cached[0]
         pk, phase = row[0], row[12]
         if phase in Workload.HOLDING_QUOTA:
             self.holding.add(pk)
         elif phase != Workload.Phase.PENDING:
             return
-        elif active and not row[_PARKED] and requeue_at is None:
+        elif _waits(cached):
             self._enqueue(row)
         self.rows[pk] = cached
 
@@ -95,13 +95,12 @@ class _ClusterWorkloads:
         row, active, requeue_at = cached
         if row[_PARKED] == parked:
             return True
-        row = (*row[:_PARKED], parked, *row[_PARKED + 1 :])
-        self.rows[pk] = (row, active, requeue_at)
-        if row[12] == Workload.Phase.PENDING and active and requeue_at is None:
-            if parked:
-                self._dequeue(pk)
-            else:
-                self._enqueue(row)
+        changed = ((*row[:_PARKED], parked, *row[_PARKED + 1 :]), active, requeue_at)
+        self.rows[pk] = changed
+        if _waits(cached):
+            self._dequeue(pk)
+        elif _waits(changed):
+            self._enqueue(changed[0])
         return True
 
     def ran(self, batch: int) -> None:
@@ -146,6 +145,12 @@ class _ClusterWorkloads:
         for queue in self.queues.values():
             pks.update(pk for _, pk in queue[:heads_per_queue])
         return [self.rows[pk][0] for pk in sorted(pks)]
+
+
+def _waits(cached: _CachedRow) -> bool:
+    """In its LocalQueue: pending, active, not parked, and out of any back-off."""
+    row, active, requeue_at = cached
+    return row[12] == Workload.Phase.PENDING and active and not row[_PARKED] and requeue_at is None
 
 
 _clusters: dict[int, _ClusterWorkloads] = {}
