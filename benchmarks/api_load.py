@@ -355,6 +355,47 @@ class LockSampler(threading.Thread):
         )
 
 
+class CpuMeter:
+    """The CPU time each part of the stack spends while the clients run, from /proc: the web
+    servers, the workers (admission and the simulated cluster), PostgreSQL's processes and
+    Redis's (both the whole server's: keep the machine otherwise quiet). A process that exits
+    meanwhile takes its time with it."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.start = self.sample()
+
+    def groups(self) -> dict[str, list[int]]:
+        stack = processes.stack_processes(self.root, PORT)
+        return {
+            "web": [pid for name, pid in stack.items() if name.startswith("web-")],
+            "workers": [pid for name, pid in stack.items() if name.startswith("worker-")],
+            "PostgreSQL": processes.by_command_name("postgres"),
+            "Redis": processes.by_command_name("redis-server"),
+        }
+
+    def sample(self) -> dict[str, dict[int, float]]:
+        return {
+            group: {pid: processes.cpu_seconds(pid) for pid in pids}
+            for group, pids in self.groups().items()
+        }
+
+    def report(self, submissions: int, seconds: float) -> str:
+        end = self.sample()
+        used = {
+            group: sum(t - self.start[group].get(pid, 0.0) for pid, t in times.items())
+            for group, times in end.items()
+        }
+        total = sum(used.values())
+        parts = ", ".join(f"{g} {1000 * t / submissions:.1f}" for g, t in used.items())
+        cores = os.cpu_count() or 1
+        return (
+            f"CPU per submission (ms): {parts}; total {1000 * total / submissions:.1f}: "
+            f"{cores} cores {100 * total / (cores * seconds):.0f}% busy, at most "
+            f"~{submissions * cores / total:.0f}/s at this cost"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=16)
@@ -398,6 +439,7 @@ def main() -> None:
         errors: list[str] = []
         sampler = LockSampler()
         sampler.start()
+        cpu = CpuMeter(stack.pid)
         started = time.perf_counter()
         if args.minutes is None:
             for thread in run_clients(client, tokens, args.requests, latencies, errors):
@@ -405,6 +447,7 @@ def main() -> None:
         else:
             soak(args, tokens, stack.pid, latencies, errors)
         seconds = time.perf_counter() - started
+        cpu_used = cpu.report(max(1, len(latencies)), seconds)
         lock_waits = sampler.stop()
     finally:
         stack.terminate()
@@ -424,6 +467,7 @@ def main() -> None:
         capture_output=True,
         text=True,
     )
+    print(cpu_used)  # noqa: T201
     print(lock_waits)  # noqa: T201
     print(check.stdout.strip() or check.stderr.strip())  # noqa: T201
 

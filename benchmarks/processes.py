@@ -1,12 +1,13 @@
 """The processes of a running stack (controlplane.run's), read from /proc: Linux, no psutil.
 
-Their children, command lines, resident memory (RSS) and names: benchmarks/api_load.py's soak
+Their children, command lines, resident memory (RSS), CPU time and names: benchmarks/api_load.py
 and benchmarks/embedded_soak.py sample them. A process may exit between two reads: what is
 read of it then is empty (no children, no command line, no RSS), never an error.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -43,6 +44,31 @@ def rss_kib(pid: int) -> int | None:
         return None
     found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
     return int(found[1]) if found else None
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU time the process has used; 0.0 once it has exited."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    # After the command name, which may hold spaces and parentheses: fields 3 onwards.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def by_command_name(name: str) -> list[int]:
+    """Every running process whose command name is `name` (postgres, redis-server)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() == name:
+                found.append(int(entry.name))
+        except OSError:  # ended since the listing
+            continue
+    return sorted(found)
 
 
 def kind(cmdline: list[str]) -> str:
