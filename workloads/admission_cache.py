@@ -50,8 +50,8 @@ _PARKED = 11  # `parked` in a WorkloadRow (snapshot._WORKLOAD_COLUMNS)
 PENDING = Q(phase=Workload.Phase.PENDING)
 # Every PRUNE_EVERY batches, those older than the last KEEP_BATCHES are deleted: a worker that
 # sat out that many runs of a cluster reads it in full. The log holds at most their sum.
-KEEP_BATCHES = 1024
-PRUNE_EVERY = 256
+KEEP_BATCHES = 128
+PRUNE_EVERY = 32
 
 
 class CacheDrift(AssertionError):
@@ -102,6 +102,11 @@ class _ClusterWorkloads:
         elif _waits(changed):
             self._enqueue(changed[0])
         return True
+
+    def changing(self) -> None:
+        """Its memory is about to change: should the run fail on the way, the next one must
+        read everything again."""
+        self.committed, self.confirm = -1, None
 
     def ran(self, batch: int) -> None:
         """This run applied `batch`: trusted in the next run once the transaction commits."""
@@ -180,6 +185,7 @@ def _current(cluster_id: int) -> _ClusterWorkloads:
     ):
         cached = _reload(cluster_id, token, batch)
     else:
+        cached.changing()
         changes = _number_changes(cluster_id, batch)
         if cached.batch < batch - 1:  # other workers' runs since this one's: theirs first
             changes = _read_batches(cluster_id, cached.batch, batch) + changes

@@ -7,7 +7,7 @@ Both databases: CI runs this file on SQLite and on PostgreSQL, whose triggers di
 from __future__ import annotations
 
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from tests.support import NAMESPACE, at, job
@@ -266,3 +266,31 @@ def test_a_run_rolled_back_is_not_trusted_though_its_batch_number_is_taken_again
         gpu_queues, HEADS_PER_QUEUE
     )
     assert Workload.objects.get(pk=small.pk).phase == Workload.Phase.ADMITTED
+
+
+def test_a_run_that_fails_half_way_is_not_trusted(gpu_queues, monkeypatch):
+    """A run applies a parking change in memory, then fails reading the other changed rows (a
+    cancelled statement, a lost connection): the database takes the unparking back, and the
+    next run must not trust what the failed one left in memory."""
+    big = _submit(gpu_queues, "big", gpus=6)
+    admission.admit_pending(gpu_queues, at())
+    small = _submit(gpu_queues, "small", gpus=2)
+    admission.admit_pending(gpu_queues, at(seconds=1))
+    admission.admit_pending(gpu_queues, at(seconds=2))
+
+    def cancelled(rows):
+        raise OperationalError("canceling statement due to statement timeout")
+
+    def failing_run():
+        with transaction.atomic():
+            runtime.unpark(gpu_queues)  # `small`: a change of `parked` alone
+            Workload.objects.filter(pk=big.pk).update(priority=big.priority + 1)  # to read
+            monkeypatch.setattr(admission_cache, "_read", cancelled)
+            admission.admit_pending(gpu_queues, at(seconds=3))
+
+    with pytest.raises(OperationalError):
+        failing_run()
+    monkeypatch.undo()
+    assert Workload.objects.get(pk=small.pk).parked
+
+    admission.admit_pending(gpu_queues, at(seconds=4))  # verified against the database
