@@ -125,6 +125,7 @@ ASGI_APPLICATION = "controlplane.asgi.application"
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 DATABASE_POOL_SIZE = envint("DATABASE_POOL_SIZE", 8)
+PREPARE_THRESHOLD = 5  # psycopg's own default
 if DATABASE_URL:
     DATABASES: dict[str, dict[str, Any]] = {"default": dict(dj_database_url.parse(DATABASE_URL))}
     if DATABASE_POOL_SIZE and DATABASES["default"]["ENGINE"].endswith("postgresql"):
@@ -140,6 +141,16 @@ if DATABASE_URL:
     else:
         # Health checks: a connection that died with a database restart is replaced.
         DATABASES["default"].update(CONN_MAX_AGE=60, CONN_HEALTH_CHECKS=True)
+    if DATABASES["default"]["ENGINE"].endswith("postgresql") and envbool(
+        "DATABASE_PREPARED_STATEMENTS", True
+    ):
+        # Parameters bound by the server, and a statement run PREPARE_THRESHOLD times on a
+        # connection prepared there: parsed and planned once per connection, not per request.
+        # Django turns both off for poolers in transaction mode (PgBouncer before 1.21),
+        # which must set DATABASE_PREPARED_STATEMENTS=false.
+        DATABASES["default"].setdefault("OPTIONS", {}).update(
+            server_side_binding=True, prepare_threshold=PREPARE_THRESHOLD
+        )
     _host = DATABASES["default"].get("HOST") or ""
     if DEBUG and not (_host in ("", "localhost", "127.0.0.1", "::1") or _host.startswith("/")):
         raise ImproperlyConfigured(
