@@ -4,7 +4,10 @@ Kueue pops one workload per ClusterQueue per scheduling cycle (kueue-perf.md §4
 #14477: ~9.6 admissions/min for a deep queue on a busy production cluster). Accelplane admits
 every head that fits in one cycle. The 10,000 Jobs (1 cpu each) are queued first, then the
 live tick (the Celery beat task `tick_clusters` runs `admission.advance(cluster, now, now)`) is
-called until all are Admitted; the time and the number of ticks are printed.
+called until all are Admitted. Printed: when the last of them was Admitted (its admission run
+committed; Kueue's time-to-admission, the figure the target is for), how long the ticks took
+(they go on to bind and start the 10,000 pods, as kube-scheduler and the kubelets would), and
+the number of ticks.
 
     python benchmarks/deep_queue.py [--workloads 10000] [--database-url postgres://...]
 
@@ -130,16 +133,22 @@ def main() -> None:
         run(ARGS.workloads)
 
 
-def _timed(name: str, spent: dict[str, float]) -> None:
-    """Wraps `admission.<name>` to add up the seconds spent in it."""
+def _timed(name: str, spent: dict[str, float], admitted_at: list[float]) -> None:
+    """Wraps `admission.<name>` to add up the seconds spent in it, and to note when a call
+    that admitted workloads returned (committed) in `admitted_at`."""
     inner = getattr(admission, name)
 
     def timed(*args, **kwargs):
         started = time.perf_counter()
+        result = None
         try:
-            return inner(*args, **kwargs)
+            result = inner(*args, **kwargs)
+            return result
         finally:
-            spent[name] = spent.get(name, 0.0) + time.perf_counter() - started
+            ended = time.perf_counter()
+            spent[name] = spent.get(name, 0.0) + ended - started
+            if getattr(result, "admitted", None):
+                admitted_at.append(ended)
 
     setattr(admission, name, timed)
 
@@ -155,8 +164,9 @@ def run(count: int) -> None:
     services.apply(cluster, jobs(count), source="jobs.yaml", now=now, admit=services.Admit.SKIP)
     queued = Workload.objects.filter(cluster=cluster, phase=Workload.Phase.PENDING).count()
     spent: dict[str, float] = {}
-    _timed("admit_pending", spent)  # Kueue's part: quota reserved, Admitted
-    _timed("_simulate_round", spent)  # kube-scheduler's and the kubelets': pods bound, started
+    admitted_at: list[float] = []
+    _timed("admit_pending", spent, admitted_at)  # Kueue's part: quota reserved, Admitted
+    _timed("_simulate_round", spent, admitted_at)  # kube-scheduler's, kubelets': pods started
     started, ticks = time.perf_counter(), 0
     admitted = 0
     while admitted < queued:
@@ -167,15 +177,16 @@ def run(count: int) -> None:
     seconds = time.perf_counter() - started
     kueue_minutes = queued / KUEUE_PER_MINUTE
     print(  # noqa: T201
-        f"deep queue ({connection.vendor}): {queued} workloads admitted in {seconds:.2f} s "
-        f"over {ticks} tick(s)"
+        f"deep queue ({connection.vendor}): {queued} workloads admitted in "
+        f"{admitted_at[-1] - started:.2f} s (target < 2 s); the {ticks} tick(s), which also "
+        f"bound and started their pods, took {seconds:.2f} s"
     )
     print(  # noqa: T201
         f"  of which admission {spent.get('admit_pending', 0):.2f} s, the simulated cluster "
         f"(binding and starting pods) {spent.get('_simulate_round', 0):.2f} s"
     )
     print(  # noqa: T201
-        f"  target < 2 s; Kueue pops one per ClusterQueue per cycle: {queued} cycles, "
+        f"  Kueue pops one per ClusterQueue per cycle: {queued} cycles, "
         f"~{kueue_minutes:.0f} min at its production rate of {KUEUE_PER_MINUTE}/min"
     )
 

@@ -163,7 +163,9 @@ def activate(cluster: Cluster, now: datetime) -> bool:
 
 def release(rows: Iterable[Workload], now: datetime) -> None:
     """The workloads were evicted or ended: the controller deletes their slices."""
-    by_pk = {row.pk: row for row in rows}
+    # Only a pod set asking for a slice topology gets slices (`plan`): most workloads are
+    # not looked for (a query per finish was 2% of Kueue's baseline suite, which has none).
+    by_pk = {row.pk: row for row in rows if _asks_for_slices(row)}
     if not by_pk:
         return
     slices = list(Slice.objects.filter(workload_id__in=by_pk))
@@ -172,6 +174,13 @@ def release(rows: Iterable[Workload], now: datetime) -> None:
     Slice.objects.filter(pk__in=[s.pk for s in slices]).delete()
     record_events(
         [_event("slice.deleted", s, by_pk[s.workload_id], now, "deleted") for s in slices]
+    )
+
+
+def _asks_for_slices(row: Workload) -> bool:
+    return any(
+        (pod_set.get("annotations") or {}).get(SLICE_TOPOLOGY_ANNOTATION)
+        for pod_set in row.pod_sets
     )
 
 
