@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from clusters.models import Cluster
 from events.models import Event
+from workloads import parking
 from workloads.models import LocalQueue, Workload
 from workloads.quantities import parse_quantity
 from workloads.status import every_cluster_queue_usage
@@ -65,7 +66,8 @@ class QueueCollector(Collector):
         pending: Counter[tuple[str, str, str]] = Counter()
         reserving: Counter[tuple[str, str]] = Counter()
         admitted: Counter[tuple[str, str]] = Counter()
-        rows = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES).values_list(
+        active = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES)
+        rows = active.annotate(parked=parking.parked_now()).values_list(
             "cluster_id", "namespace", "queue_name", "cluster_queue_name", "phase", "parked"
         )
         for cluster_id, namespace, queue, cq, phase, parked in rows:

@@ -38,7 +38,7 @@ from django.db import transaction  # noqa: E402
 
 from clusters.models import Cluster  # noqa: E402
 from events.models import Event  # noqa: E402
-from workloads import admission, runtime, services  # noqa: E402
+from workloads import admission, parking, runtime, services  # noqa: E402
 from workloads.models import Pod, Workload  # noqa: E402
 from workloads.quantities import parse_quantity  # noqa: E402
 
@@ -268,6 +268,7 @@ def fingerprint(cluster: Cluster) -> str:
     digest = hashlib.sha256()
     tables = (
         Workload.objects.filter(cluster=cluster)
+        .annotate(parked=parking.parked_now())
         .order_by("pk")
         .values_list(
             "name",

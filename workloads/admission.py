@@ -7,7 +7,6 @@ until nothing changes; `advance` runs it at every instant something happens up t
 from __future__ import annotations
 
 import gc
-import zlib
 from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -26,8 +25,9 @@ from clusters.models import Cluster
 from controlplane import bulk
 from events.models import Event
 from events.services import deferred_events, record_events
-from workloads import admission_cache, checkpoints, fairsharing, pods, runtime
+from workloads import admission_cache, checkpoints, fairsharing, parking, pods, runtime
 from workloads.history import admitted_events, preempted_event_row, workload_event_row
+from workloads.locks import lock_admission
 from workloads.models import KubeObject, Workload
 from workloads.snapshot import (
     HEADS_PER_QUEUE,
@@ -42,7 +42,7 @@ ADMIT_FIELDS = [
     "cluster_queue_name",
     "quota_reserved_at",
     "admitted_at",
-    "parked",
+    "parked_release",
     "preempting",
     "pending_reason",
     "pending_message",
@@ -110,19 +110,12 @@ def advance(cluster: Cluster, start: datetime, end: datetime) -> None:
 
 
 def tick_live() -> None:
-    """Live mode (Celery beat): every running sim cluster catches up with everything due now."""
+    """Live mode (Celery beat): every running sim cluster catches up with everything due now;
+    the releases of capacity no run counted are counted."""
     now = timezone.now()
     for cluster in Cluster.objects.filter(status=Cluster.Status.RUNNING, provider="sim"):
         advance(cluster, now, now)
-
-
-def lock_admission(cluster: Cluster) -> None:
-    """Serialise admission per cluster, so two workers never admit against the same quota."""
-    if connection.vendor == "postgresql":
-        key = zlib.crc32(f"admission:{cluster.pk}".encode())
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
-    # SQLite: transactions begin IMMEDIATE (settings), so writers are already serialised.
+    parking.count_noted()
 
 
 def admit_pending(
@@ -139,7 +132,7 @@ def admit_pending(
         lock_admission(cluster)
         fairsharing.sample(cluster, now)
         rows = admission_cache.active_rows if settings.ADMISSION_CACHE else query_active_rows
-        snap = load(cluster, heads_per_queue, rows)
+        snap = load(cluster, heads_per_queue, rows, parking.counted(cluster.pk))
         decisions = scheduler.schedule(snap.snapshot, max_admissions=max_admissions)
         _Writer(cluster, snap, now).write(decisions)
         _charge_local_queues(snap, decisions)
@@ -200,7 +193,7 @@ class _Writer:
             row.admission, flavor = self._converted(admit.admission)
             row.cluster_queue_name = cq
             row.quota_reserved_at = self.now
-            row.parked = row.preempting = False
+            row.parked_release, row.preempting = None, False
             row.pending_reason = row.pending_message = ""
             row.admissions += 1
             step = latest.get(row.owner_id)
@@ -265,11 +258,15 @@ class _Writer:
 
     def _mark_pending(self, pending: Iterable[scheduler.Pending]) -> None:
         changes = self.snap.pending_changes(pending)
+        releases = self.snap.releases
         bulk.update_rows(
             Workload,
             "pk",
-            ["pending_reason", "pending_message", "parked"],
-            [(pk, *state) for pk, state in changes.items()],
+            ["pending_reason", "pending_message", "parked_release"],
+            [
+                (pk, reason, message, releases if parked else None)
+                for pk, (reason, message, parked) in changes.items()
+            ],
         )
         waiting = scheduler.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
         # Its victims (perhaps another entry's) are stopping: it keeps the queue head.

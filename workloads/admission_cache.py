@@ -6,8 +6,10 @@ workloads of the cluster to find each LocalQueue's heads: the cost grew with the
 the runs. Here a cluster's pending workloads stay sorted per LocalQueue, and each run re-reads
 only the rows that database triggers noted as changed (`WorkloadChange`), whoever wrote them:
 this process's own admissions, the simulated cluster, submissions, watches and the API alike.
-A change that only parked or unparked a workload carries the new value, and is applied here
-without reading the row.
+A workload's `parked` is read as of the cluster's count of capacity releases
+(workloads/parking.py): a change that only parked a workload carries the count it was parked
+at, and is applied here without reading the row; when a run finds the count moved, every
+workload parked here goes back to its queue, in memory, as no row changed.
 
 Workers take turns on a cluster's lock, so the changes are a log that every worker's cache
 reads, as an informer follows a watch: each run gives the changes no run has read yet the
@@ -21,7 +23,6 @@ cluster's admission lock may use the cache (`admission.admit_pending`).
 
 from __future__ import annotations
 
-import uuid
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from django.db.models import Q, QuerySet
 
 from clusters.models import Cluster
 from controlplane import bulk
-from workloads.models import Workload, WorkloadChange, WorkloadChangeLog
+from workloads.models import CapacityRelease, Workload, WorkloadChange, WorkloadChangeLog
 from workloads.snapshot import WorkloadRow, query_active_rows, read_rows
 
 # A row as `read_rows` returns it, then whether it is active and when its back-off ends.
@@ -43,8 +44,9 @@ _QueueKey = tuple[str, str]
 # Queue order (Kueue's, as `snapshot.query_active_rows` sorts): preempting first, then higher
 # priority, then older, then by name; the primary key makes each entry unique.
 _Entry = tuple[tuple[bool, int, datetime, str], int]
-# A noted change: its id, its workload, and the new `parked` if that was all that changed.
-_Change = tuple[int, int, bool | None]
+# A noted change: its id, its workload, and the new `parked_release` if that was all that
+# changed.
+_Change = tuple[int, int, int | None]
 
 _PARKED = 11  # `parked` in a WorkloadRow (snapshot._WORKLOAD_COLUMNS)
 PENDING = Q(phase=Workload.Phase.PENDING)
@@ -64,6 +66,8 @@ class _ClusterWorkloads:
     """Of the cluster's log (`WorkloadChangeLog`)."""
     batch: int
     """The last batch of changes applied here: every earlier one was too."""
+    releases: int
+    """The count of capacity releases the rows' `parked` is read at."""
     committed: int = 0
     """The last batch whose run committed, as it learnt when it did."""
     confirm: Callable[[], None] | None = None
@@ -75,6 +79,7 @@ class _ClusterWorkloads:
     queues: dict[_QueueKey, list[_Entry]] = field(default_factory=dict)
     """Waiting workloads per (namespace, LocalQueue name), in queue order."""
     entries: dict[int, tuple[_QueueKey, _Entry]] = field(default_factory=dict)
+    parked: set[int] = field(default_factory=set)
 
     def put(self, cached: _CachedRow) -> None:
         row = cached[0]
@@ -85,6 +90,8 @@ class _ClusterWorkloads:
             return
         elif _waits(cached):
             self._enqueue(row)
+        if row[_PARKED]:
+            self.parked.add(pk)
         self.rows[pk] = cached
 
     def park(self, pk: int, parked: bool) -> bool:
@@ -97,11 +104,22 @@ class _ClusterWorkloads:
             return True
         changed = ((*row[:_PARKED], parked, *row[_PARKED + 1 :]), active, requeue_at)
         self.rows[pk] = changed
+        if parked:
+            self.parked.add(pk)
+        else:
+            self.parked.discard(pk)
         if _waits(cached):
             self._dequeue(pk)
         elif _waits(changed):
             self._enqueue(changed[0])
         return True
+
+    def released(self, releases: int) -> None:
+        """Capacity was released (the count moved on to `releases`): every parked workload
+        goes back to its queue."""
+        for pk in list(self.parked):
+            self.park(pk, False)
+        self.releases = releases
 
     def changing(self) -> None:
         """Its memory is about to change: should the run fail on the way, the next one must
@@ -129,6 +147,7 @@ class _ClusterWorkloads:
         if self.rows.pop(pk, None) is None:
             return
         self.holding.discard(pk)
+        self.parked.discard(pk)
         self._dequeue(pk)
 
     def _enqueue(self, row: WorkloadRow) -> None:
@@ -161,31 +180,35 @@ def _waits(cached: _CachedRow) -> bool:
 _clusters: dict[int, _ClusterWorkloads] = {}
 
 
-def active_rows(cluster: Cluster, heads_per_queue: int) -> list[WorkloadRow]:
+def active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> list[WorkloadRow]:
     """What `snapshot.query_active_rows` returns, from memory plus the rows changed since the
-    last call. The caller holds the cluster's admission lock, in a transaction."""
-    cached = _current(cluster.pk)
+    last call. The caller holds the cluster's admission lock, in a transaction, and counted
+    the releases of capacity (`parking.counted`)."""
+    cached = _current(cluster.pk, releases)
     rows = cached.active_rows(heads_per_queue)
     if settings.ADMISSION_CACHE_VERIFY:
-        expected = query_active_rows(cluster, heads_per_queue)
+        expected = query_active_rows(cluster, heads_per_queue, releases)
         if rows != expected:
             _clusters.pop(cluster.pk, None)
             raise CacheDrift(_drift(rows, expected))
     return rows
 
 
-def _current(cluster_id: int) -> _ClusterWorkloads:
+def _current(cluster_id: int, releases: int) -> _ClusterWorkloads:
     token, batch, pruned = _next_batch(cluster_id)
     cached = _clusters.get(cluster_id)
     if (
         cached is None
         or cached.token != token
         or not pruned <= cached.batch < batch
+        or cached.releases > releases
         or not cached.trusted()
     ):
-        cached = _reload(cluster_id, token, batch)
+        cached = _reload(cluster_id, token, batch, releases)
     else:
         cached.changing()
+        if cached.releases < releases:
+            cached.released(releases)
         changes = _number_changes(cluster_id, batch)
         if cached.batch < batch - 1:  # other workers' runs since this one's: theirs first
             changes = _read_batches(cluster_id, cached.batch, batch) + changes
@@ -198,21 +221,22 @@ def _current(cluster_id: int) -> _ClusterWorkloads:
 
 def _apply(cached: _ClusterWorkloads, changes: list[_Change]) -> None:
     changed, parked = _changed(changes)
-    changed += [pk for pk, value in parked.items() if not cached.park(pk, value)]
+    releases = cached.releases
+    changed += [pk for pk, value in parked.items() if not cached.park(pk, value >= releases)]
     if changed:
-        fresh = _read(Workload.objects.filter(pk__in=bulk.key_set(changed)))
+        fresh = _read(Workload.objects.filter(pk__in=bulk.key_set(changed)), releases)
         for pk in changed:
             cached.forget(pk)
         for row in fresh:
             cached.put(row)
 
 
-def _reload(cluster_id: int, token: str, batch: int) -> _ClusterWorkloads:
+def _reload(cluster_id: int, token: str, batch: int, releases: int) -> _ClusterWorkloads:
     # Numbered before the read: a change committed in between is read now and again later.
     _number_changes(cluster_id, batch)
-    cached = _ClusterWorkloads(token, batch)
+    cached = _ClusterWorkloads(token, batch, releases)
     rows = Workload.objects.filter(Q(phase__in=Workload.HOLDING_QUOTA) | PENDING)
-    for row in _read(rows.filter(cluster_id=cluster_id)):
+    for row in _read(rows.filter(cluster_id=cluster_id), releases):
         cached.put(row)
     _clusters[cluster_id] = cached
     return cached
@@ -223,6 +247,7 @@ def forget_cluster(cluster_id: int) -> None:
     nobody admits on it again to read them."""
     WorkloadChange.objects.filter(cluster_id=cluster_id).delete()
     WorkloadChangeLog.objects.filter(cluster_id=cluster_id).delete()
+    CapacityRelease.objects.filter(cluster_id=cluster_id).delete()
     _clusters.pop(cluster_id, None)
 
 
@@ -238,7 +263,7 @@ def _next_batch(cluster_id: int) -> tuple[str, int, int]:
         if (found := cursor.fetchone()) is not None:
             token, batch, pruned = found
             return token, batch, pruned
-    log = WorkloadChangeLog.objects.create(cluster_id=cluster_id, token=uuid.uuid4().hex, batch=1)
+    log = WorkloadChangeLog.objects.create(cluster_id=cluster_id, batch=1)
     return log.token, log.batch, log.pruned
 
 
@@ -250,7 +275,7 @@ def _number_changes(cluster_id: int, batch: int) -> list[_Change]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET batch = %s "  # noqa: S608
-            "WHERE cluster_id = %s AND batch IS NULL RETURNING id, workload_id, parked",
+            "WHERE cluster_id = %s AND batch IS NULL RETURNING id, workload_id, parked_release",
             [batch, cluster_id],
         )
         return sorted(cursor.fetchall())
@@ -262,18 +287,18 @@ def _read_batches(cluster_id: int, after: int, before: int) -> list[_Change]:
     rows = WorkloadChange.objects.filter(
         cluster_id=cluster_id, batch__gt=after, batch__lt=before
     ).order_by("batch", "id")
-    return list(rows.values_list("id", "workload_id", "parked"))
+    return list(rows.values_list("id", "workload_id", "parked_release"))
 
 
-def _changed(changes: list[_Change]) -> tuple[list[int], dict[int, bool]]:
-    """The workloads to read again, and those whose changes only set `parked`, with its last
-    value: a row read again is read as it is now, whatever else changed before."""
+def _changed(changes: list[_Change]) -> tuple[list[int], dict[int, int]]:
+    """The workloads to read again, and those whose changes only set `parked_release`, with
+    its last value: a row read again is read as it is now, whatever else changed before."""
     read, parked = set(), {}
     for _, pk, value in changes:
         if value is None:
             read.add(pk)
         elif pk not in read:
-            parked[pk] = bool(value)
+            parked[pk] = value
     return sorted(read), {pk: v for pk, v in parked.items() if pk not in read}
 
 
@@ -282,10 +307,10 @@ def _prune(cluster_id: int, through: int) -> None:
     WorkloadChangeLog.objects.filter(cluster_id=cluster_id).update(pruned=through)
 
 
-def _read(rows: QuerySet[Workload]) -> list[_CachedRow]:
+def _read(rows: QuerySet[Workload], releases: int) -> list[_CachedRow]:
     return [
         (tuple(row), active, requeue_at)
-        for *row, active, requeue_at in read_rows(rows, "active", "requeue_at")
+        for *row, active, requeue_at in read_rows(rows, releases, "active", "requeue_at")
     ]
 
 

@@ -19,7 +19,7 @@ import scheduler as s
 from clusters.models import Cluster
 from events.models import Event
 from teams.visibility import OTHER_TEAMS_MESSAGE, namespace_of
-from workloads import checkpoints, queueing, runtime, snapshot
+from workloads import checkpoints, parking, queueing, runtime, snapshot
 from workloads.models import LocalQueue, Workload
 from workloads.quantities import format_quantity
 
@@ -78,11 +78,13 @@ def explain_all(rows: Iterable[Workload], now: datetime) -> list[dict[str, Any]]
 
 def _explain(row: Workload, now: datetime, reads: _ClusterReads) -> dict[str, Any]:
     cq_name = _cluster_queue_name(row, reads)
+    snap = reads.snapshot
+    parked = parking.is_parked(row, snap.releases)
     report: dict[str, Any] = {
         "workload": workload_ref(row),
         "status": _status(row),
         "queue": {"local_queue": f"{row.namespace}/{row.queue_name}", "cluster_queue": cq_name},
-        "pending": _pending(row),
+        "pending": _pending(row, parked),
         "conditions": row.conditions,
         "assignment": row.admission,
         "training": _training(row, now),
@@ -92,13 +94,12 @@ def _explain(row: Workload, now: datetime, reads: _ClusterReads) -> dict[str, An
         "blockers": [],
         "position": None,
     }
-    snap = reads.snapshot
     cq = snap.snapshot.cluster_queues.get(cq_name or "")
     report["fair_sharing"] = _fair_sharing(snap.snapshot, cq) if cq else None
     if row.phase not in Workload.ACTIVE_PHASES or cq is None:
         report["summary"] = _summary_without_queue(row, cq_name)
         return report
-    workload = _scheduler_workload(row, cq.name)
+    workload = _scheduler_workload(row, cq.name, parked)
     if row.phase in Workload.HOLDING_QUOTA:
         held = s.held_quota(snap.snapshot, workload)
         report["quota"] = [_quota_row(line, held=True) for line in held]
@@ -162,13 +163,13 @@ def _status(row: Workload) -> str:
     return names[Workload.Phase(row.phase)]
 
 
-def _pending(row: Workload) -> dict[str, Any] | None:
+def _pending(row: Workload, parked: bool) -> dict[str, Any] | None:
     if row.phase != Workload.Phase.PENDING:
         return None
     return {
         "reason": row.pending_reason,
         "message": row.pending_message,
-        "parked": row.parked,
+        "parked": parked,
         "preempting": row.preempting,
     }
 
@@ -241,7 +242,7 @@ def _cluster_queue_name(row: Workload, reads: _ClusterReads) -> str | None:
     return reads.local_queues.get((row.namespace, row.queue_name))
 
 
-def _scheduler_workload(row: Workload, cq_name: str) -> s.Workload:
+def _scheduler_workload(row: Workload, cq_name: str, parked: bool) -> s.Workload:
     return s.Workload(
         key=f"{row.namespace}/{row.name}",
         cluster_queue=cq_name,
@@ -251,7 +252,7 @@ def _scheduler_workload(row: Workload, cq_name: str) -> s.Workload:
         admission=snapshot.admission(row.admission),
         evicting=row.evicting,
         preempting=row.preempting,
-        parked=row.parked,
+        parked=parked,
     )
 
 

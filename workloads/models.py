@@ -6,6 +6,7 @@ as it was applied; the columns duplicate what queries filter on.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.db import models
@@ -220,7 +221,12 @@ class Workload(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     pending_reason = models.CharField(max_length=64, blank=True)
     pending_message = models.TextField(blank=True)
-    parked = models.BooleanField(default=False, help_text="In Kueue's inadmissible set")
+    parked_release = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="In Kueue's inadmissible set while the cluster's capacity releases "
+        "(WorkloadChangeLog.releases) are still this many",
+    )
     preempting = models.BooleanField(default=False, help_text="Waiting for its victims to stop")
     evicting = models.BooleanField(default=False, help_text="Evicted; pods still stopping")
     eviction_reason = models.CharField(max_length=64, blank=True)
@@ -250,11 +256,10 @@ class Workload(models.Model):
                 fields=["cluster", "namespace", "name"], name="unique_workload_name"
             )
         ]
-        # Every simulator step asks for the evicting and the parked workloads of a cluster.
+        # Every simulator step asks for the evicting workloads of a cluster.
         indexes = [
             models.Index(fields=["cluster", "phase"]),
             models.Index(fields=["cluster", "evicting"]),
-            models.Index(fields=["cluster", "parked"]),
             # The few in a requeuing back-off, without walking a deep queue's pending rows.
             models.Index(
                 fields=["cluster", "phase", "requeue_at"],
@@ -484,11 +489,12 @@ class WorkloadChange(models.Model):
     # Plain integers, not foreign keys: a deleted workload's (or cluster's) change outlives it.
     cluster_id = models.BigIntegerField()
     workload_id = models.BigIntegerField()
-    parked = models.BooleanField(null=True)
-    """The new value when an update changed nothing admission reads but `parked` (migration
-    0013): the cache flips it in memory. Kueue moves inadmissible workloads back to their
-    queues after every release of capacity, and they are parked again at the next run: most
-    changes of a busy cluster are these two."""
+    parked_release = models.BigIntegerField(null=True)
+    """The new `Workload.parked_release` when an update changed nothing else admission reads
+    (migration 0017): the cache parks it in memory without reading the row. Kueue moves
+    inadmissible workloads back to their queues after every release of capacity, and the
+    heads that still do not fit are parked again at the next run: most changes of a busy
+    cluster are these."""
     batch = models.BigIntegerField(null=True)
     """The admission run that first read it (`WorkloadChangeLog.batch`); none yet: NULL."""
 
@@ -499,6 +505,10 @@ class WorkloadChange(models.Model):
         return f"{self.cluster_id}/{self.workload_id}"
 
 
+def _new_token() -> str:
+    return uuid.uuid4().hex
+
+
 class WorkloadChangeLog(models.Model):
     """A cluster's batches of workload changes. Each admission run, under the cluster's
     admission lock, takes the next batch number and gives it to every change no run has read
@@ -506,11 +516,26 @@ class WorkloadChangeLog(models.Model):
     a cache that had not seen them reads the cluster in full."""
 
     cluster_id = models.BigIntegerField(primary_key=True)
-    token = models.CharField(max_length=32)
+    token = models.CharField(max_length=32, default=_new_token)
     """Made with the row: a cluster id used again (SQLite gives them back) has a new log,
     which no cache has read."""
     batch = models.BigIntegerField(default=0)
     pruned = models.BigIntegerField(default=0)
+    releases = models.BigIntegerField(default=0)
+    """How many admission runs found capacity released (`CapacityRelease`) since the last:
+    a workload parked at a lower count is back in its queue (workloads/parking.py)."""
 
     def __str__(self) -> str:
         return f"{self.cluster_id}: batch {self.batch}, pruned through {self.pruned}"
+
+
+class CapacityRelease(models.Model):
+    """Capacity was released on a cluster (a workload finished, was evicted or deleted; a
+    queue changed): inserted by the releasing transaction, consumed by the next admission run,
+    which counts a release in `WorkloadChangeLog.releases` (workloads/parking.py). Inserted,
+    never updated: a release takes no lock an admission run holds."""
+
+    cluster_id = models.BigIntegerField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"capacity released on cluster {self.cluster_id}"

@@ -30,7 +30,7 @@ _SHOWN = (
     "admitted_at",
     "pending_reason",
     "pending_message",
-    "parked",
+    "parked_release",
     "preempting",
     "evicting",
 )

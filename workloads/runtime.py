@@ -25,7 +25,7 @@ from clusters.models import Cluster, Node
 from controlplane import bulk
 from events.services import record_events
 from scheduler.topology import HOSTNAME
-from workloads import checkpoints, live, pods, slicing
+from workloads import checkpoints, live, parking, pods, slicing
 from workloads.history import admitted_events, workload_event, workload_event_row
 from workloads.manifests.configuration import default_configuration
 from workloads.models import Configuration, KubeObject, Pod, Slice, Workload
@@ -366,8 +366,9 @@ def _end_backoff(cluster: Cluster, now: datetime) -> bool:
 
 
 def unpark(cluster: Cluster) -> None:
-    """Capacity was released: Kueue moves inadmissible workloads back to their queues."""
-    Workload.objects.filter(cluster=cluster, parked=True).update(parked=False)
+    """Capacity was released: Kueue moves inadmissible workloads back to their queues (at the
+    next admission run, workloads/parking.py)."""
+    parking.release(cluster.pk)
 
 
 def _promote_checked(cluster: Cluster, now: datetime) -> bool:

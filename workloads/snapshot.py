@@ -9,9 +9,19 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from django.db import connection
-from django.db.models import F, Model, Q, QuerySet, TextField, Window
+from django.db.models import (
+    BooleanField,
+    ExpressionWrapper,
+    F,
+    Model,
+    Q,
+    QuerySet,
+    TextField,
+    Value,
+    Window,
+)
 from django.db.models.base import ModelState
-from django.db.models.functions import Cast, Collate, RowNumber
+from django.db.models.functions import Cast, Coalesce, Collate, RowNumber
 
 import scheduler as s
 from clusters.models import Cluster, Node, NodeGeneration
@@ -19,7 +29,7 @@ from controlplane import bulk
 from scheduler.fairsharing import local_queue_usage
 from scheduler.model import AdmissionFairSharing, NodeSelectorTerm, SchedulingConfig
 from scheduler.topology import request_from_annotations
-from workloads import live
+from workloads import live, parking
 from workloads.manifests.clusterqueues import ClusterQueueSpec, CohortSpec
 from workloads.manifests.configuration import default_configuration
 from workloads.models import (
@@ -47,6 +57,8 @@ class ClusterSnapshot:
     """Stored (reason, message, parked) of pending workloads, to write only what changed."""
     held: list[s.Pending]
     """Pending workloads of stopped or missing LocalQueues: never given to the scheduler."""
+    releases: int
+    """The cluster's count of capacity releases it was read at (workloads/parking.py)."""
 
     def fetch(self, keys: Iterable[str]) -> dict[str, Workload]:
         """The rows behind some scheduler keys, owners loaded, in one query."""
@@ -332,24 +344,34 @@ WorkloadRow = tuple[Any, ...]
 """A workload as `read_rows` reads it: the values of `_WORKLOAD_COLUMNS`."""
 
 
-def read_rows(rows: QuerySet[Workload], *extra: str) -> list[WorkloadRow]:
-    """`_WORKLOAD_COLUMNS` (JSON as text), then the `extra` fields, of each row, by primary key."""
+def read_rows(rows: QuerySet[Workload], releases: int, *extra: str) -> list[WorkloadRow]:
+    """`_WORKLOAD_COLUMNS` (JSON as text; `parked` at the count of capacity releases
+    `releases`), then the `extra` fields, of each row, by primary key."""
     rows = rows.annotate(
-        pod_sets_text=Cast("pod_sets", TextField()), admission_text=Cast("admission", TextField())
+        pod_sets_text=Cast("pod_sets", TextField()),
+        admission_text=Cast("admission", TextField()),
+        parked=Coalesce(
+            ExpressionWrapper(parking.parked_at(releases), output_field=BooleanField()),
+            Value(False),
+        ),
     )
     return list(rows.order_by("pk").values_list(*_WORKLOAD_COLUMNS, *extra))
 
 
-WAITING = Q(phase=Workload.Phase.PENDING, parked=False, active=True, requeue_at__isnull=True)
-"""Pending workloads in their LocalQueue: not parked (inadmissible), not deactivated, not in
-their requeuing back-off (waitForPodsReady)."""
+def waiting(releases: int) -> Q:
+    """Pending workloads in their LocalQueue: not parked (inadmissible) at the count of
+    capacity releases `releases`, not deactivated, not in their requeuing back-off
+    (waitForPodsReady)."""
+    queued = Q(phase=Workload.Phase.PENDING, active=True, requeue_at__isnull=True)
+    return queued & ~parking.parked_at(releases)
 
 
-def query_active_rows(cluster: Cluster, heads_per_queue: int) -> list[WorkloadRow]:
+def query_active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> list[WorkloadRow]:
     """Every workload holding quota, and the first pending ones of each LocalQueue, from the
-    database. Admission reads the same from `admission_cache`, which keeps them between runs."""
+    database, parked or not at the count of capacity releases `releases`. Admission reads the
+    same from `admission_cache`, which keeps them between runs."""
     holding = Workload.objects.filter(cluster=cluster, phase__in=Workload.HOLDING_QUOTA)
-    ranked = Workload.objects.filter(WAITING, cluster=cluster).annotate(
+    ranked = Workload.objects.filter(waiting(releases), cluster=cluster).annotate(
         queue_rank=Window(
             RowNumber(),
             partition_by=[F("namespace"), F("queue_name")],
@@ -363,7 +385,8 @@ def query_active_rows(cluster: Cluster, heads_per_queue: int) -> list[WorkloadRo
         )
     )
     heads = ranked.filter(queue_rank__lte=heads_per_queue).values("pk")
-    return read_rows(Workload.objects.filter(Q(pk__in=holding.values("pk")) | Q(pk__in=heads)))
+    chosen = Workload.objects.filter(Q(pk__in=holding.values("pk")) | Q(pk__in=heads))
+    return read_rows(chosen, releases)
 
 
 # Each cluster's conversions of its last run. The admission cache hands over the same rows
@@ -435,11 +458,15 @@ def _workload(row: WorkloadRow, cluster_queue: str | None) -> s.Workload:
 def load(
     cluster: Cluster,
     heads_per_queue: int = HEADS_PER_QUEUE,
-    active_rows: Callable[[Cluster, int], list[WorkloadRow]] = query_active_rows,
+    active_rows: Callable[[Cluster, int, int], list[WorkloadRow]] = query_active_rows,
+    releases: int | None = None,
 ) -> ClusterSnapshot:
     """Queues, flavors, cohorts, the Configuration and the active workloads of a cluster in
     seven queries; three more (topologies, nodes, bound pods) when a ResourceFlavor is
-    topology-aware."""
+    topology-aware. Workloads are parked or not at the count of capacity releases `releases`
+    (without it, the cluster's count: one more query)."""
+    if releases is None:
+        releases = parking.releases(cluster.pk)
 
     known_checks = frozenset(name for name, _ in _specs(AdmissionCheck, cluster))
     cqs = {
@@ -464,7 +491,7 @@ def load(
             afs = config.admission_fair_sharing
             lq_usage[f"{ns}/{name}"] = local_queue_usage(json.loads(consumed), weight, afs)
     workloads, ids, pending_state, held = _workloads(
-        cluster, active_rows(cluster, heads_per_queue), cq_by_queue, stopped
+        cluster, active_rows(cluster, heads_per_queue, releases), cq_by_queue, stopped
     )
     snapshot = s.Snapshot(
         cluster_queues=cqs,
@@ -477,7 +504,7 @@ def load(
     )
     if any(f.topology_name for f in flavors.values()):
         snapshot = _with_topology(cluster, snapshot, _tas_workload_ids(workloads, ids))
-    return ClusterSnapshot(cluster, snapshot, ids, pending_state, held)
+    return ClusterSnapshot(cluster, snapshot, ids, pending_state, held, releases)
 
 
 def _specs(model: type[QueueObject], cluster: Cluster, *fields: str) -> list[tuple[Any, ...]]:

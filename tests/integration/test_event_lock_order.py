@@ -13,6 +13,7 @@ from django.db import connection, transaction
 
 from events.models import Event
 from events.services import record_event
+from tests.integration.workers import InThread
 from tests.support import T0, job
 from workloads import services
 from workloads.models import KubeObject, Pod
@@ -30,20 +31,6 @@ def waiting_for_a_lock() -> int:
         )
         (count,) = cursor.fetchone()
     return int(count)
-
-
-class InThread(threading.Thread):
-    def __init__(self, work):
-        super().__init__()
-        self.work, self.error = work, None
-
-    def run(self):
-        try:
-            self.work()
-        except Exception as error:  # reported by the test, not lost in the thread
-            self.error = error
-        finally:
-            connection.close()
 
 
 @pytest.mark.skipif(

@@ -1,4 +1,5 @@
-"""Real Celery worker processes for integration tests, on the test's own database."""
+"""Real Celery worker processes for integration tests, on the test's own database, and
+threads standing in for a worker or a request."""
 
 from __future__ import annotations
 
@@ -31,6 +32,23 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None
             return
         time.sleep(0.05)
     pytest.fail(f"{what} within {timeout:.0f} s")
+
+
+class InThread(threading.Thread):
+    """`work` in a thread of its own, with a database connection of its own."""
+
+    def __init__(self, work: Callable[[], object]):
+        super().__init__()
+        self.work: Callable[[], object] = work
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except Exception as error:  # reported by the test, not lost in the thread
+            self.error = error
+        finally:
+            connection.close()
 
 
 class Workers:

@@ -11,9 +11,15 @@ from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from tests.support import NAMESPACE, at, job
-from workloads import admission, admission_cache, runtime, services, whatif
+from workloads import admission, admission_cache, parking, runtime, services, whatif
 from workloads.models import Workload, WorkloadChange, WorkloadChangeLog
 from workloads.snapshot import HEADS_PER_QUEUE, query_active_rows
+
+
+def _same_as_the_database(cluster) -> bool:
+    count = parking.releases(cluster.pk)
+    cached = admission_cache.active_rows(cluster, HEADS_PER_QUEUE, count)
+    return cached == query_active_rows(cluster, HEADS_PER_QUEUE, count)
 
 
 def _unread(cluster):
@@ -130,9 +136,7 @@ def test_workers_taking_turns_read_each_others_batches_not_everything(gpu_queues
     reads = _workload_reads(queries)
     assert len(reads) == 1, reads
     assert '"workloads_workload"."id" IN' in reads[0]
-    assert admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE) == query_active_rows(
-        gpu_queues, HEADS_PER_QUEUE
-    )
+    assert _same_as_the_database(gpu_queues)
 
 
 def test_a_worker_that_missed_pruned_batches_reads_everything(gpu_queues, unverified, monkeypatch):
@@ -173,46 +177,53 @@ def test_verification_fails_when_the_cache_and_the_database_disagree(gpu_queues)
     admission.admit_pending(gpu_queues, at(seconds=2))
 
 
-def _noted(cluster) -> list[tuple[int, bool | None]]:
-    return list(_unread(cluster).order_by("pk").values_list("workload_id", "parked"))
+def _noted(cluster) -> list[tuple[int, int | None]]:
+    return list(_unread(cluster).order_by("pk").values_list("workload_id", "parked_release"))
 
 
-def test_a_change_that_only_parks_or_unparks_carries_the_new_value(gpu_queues):
+def test_a_change_that_only_parks_carries_the_count_it_parked_at(gpu_queues):
     row = _submit(gpu_queues, "noted", gpus=2)
     WorkloadChange.objects.all().delete()
 
-    Workload.objects.filter(pk=row.pk).update(parked=True)
-    Workload.objects.filter(pk=row.pk).update(parked=False)
-    Workload.objects.filter(pk=row.pk).update(parked=True, pending_reason="NoFit")
+    Workload.objects.filter(pk=row.pk).update(parked_release=3)
+    Workload.objects.filter(pk=row.pk).update(parked_release=None)  # none: read the row
+    Workload.objects.filter(pk=row.pk).update(parked_release=3, pending_reason="NoFit")
     Workload.objects.filter(pk=row.pk).update(priority=row.priority + 1)
 
-    assert _noted(gpu_queues) == [(row.pk, True), (row.pk, False), (row.pk, None), (row.pk, None)]
+    assert _noted(gpu_queues) == [(row.pk, 3), (row.pk, None), (row.pk, None), (row.pk, None)]
 
 
-def test_parking_and_unparking_reach_the_cache_without_reading_the_rows(gpu_queues, unverified):
-    """Every release of capacity unparks the cluster's inadmissible workloads and the next run
-    parks most of them again: the cache applies both from the change rows alone."""
+def test_a_release_changes_no_row_and_parking_again_reaches_the_cache_without_a_read(
+    gpu_queues, unverified
+):
+    """Every release of capacity requeues the cluster's inadmissible workloads and the next run
+    parks most of them again: the release is one row, which changes no workload, and the cache
+    applies the parking from the change rows alone."""
     _submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
     small = _submit(gpu_queues, "small", gpus=2)
     admission.admit_pending(gpu_queues, at())
     small.refresh_from_db()
-    assert small.parked
-    admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE)  # reads it: its reason is new
+    assert parking.is_parked(small, parking.releases(gpu_queues.pk))
+    _same_as_the_database(gpu_queues)  # reads it: its reason is new
 
-    def cached_rows() -> list[tuple]:
+    def cached_rows(count: int) -> list[tuple]:
         with CaptureQueriesContext(connection) as queries:
-            rows = admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE)
+            rows = admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE, count)
         assert not [q["sql"] for q in queries if 'FROM "workloads_workload"' in q["sql"]]
-        assert rows == query_active_rows(gpu_queues, HEADS_PER_QUEUE)
+        assert rows == query_active_rows(gpu_queues, HEADS_PER_QUEUE, count)
         return rows
 
-    runtime.unpark(gpu_queues)
-    assert small.pk in [row[0] for row in cached_rows()]
+    before = parking.releases(gpu_queues.pk)
+    runtime.unpark(gpu_queues)  # noted: the next run counts it
+    assert _noted(gpu_queues) == []
+    count = parking.counted(gpu_queues.pk)
+    assert count == before + 1
+    assert small.pk in [row[0] for row in cached_rows(count)]
 
     admission.admit_pending(gpu_queues, at(seconds=1))  # parked again, for the same reason
-    assert _noted(gpu_queues) == [(small.pk, True)]
-    assert small.pk not in [row[0] for row in cached_rows()]
+    assert _noted(gpu_queues) == [(small.pk, count)]
+    assert small.pk not in [row[0] for row in cached_rows(parking.counted(gpu_queues.pk))]
 
 
 def test_a_parking_change_after_another_change_reads_the_row(gpu_queues, unverified):
@@ -221,12 +232,13 @@ def test_a_parking_change_after_another_change_reads_the_row(gpu_queues, unverif
     small = _submit(gpu_queues, "small", gpus=2)
     admission.admit_pending(gpu_queues, at())
 
-    Workload.objects.filter(pk=small.pk).update(priority=small.priority + 5, parked=False)
-    Workload.objects.filter(pk=small.pk).update(parked=True)
-    Workload.objects.filter(pk=small.pk).update(parked=False)
-    rows = admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE)
+    count = parking.releases(gpu_queues.pk)
+    Workload.objects.filter(pk=small.pk).update(priority=small.priority + 5, parked_release=None)
+    Workload.objects.filter(pk=small.pk).update(parked_release=count)
+    Workload.objects.filter(pk=small.pk).update(parked_release=count - 1)
+    rows = admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE, count)
 
-    assert rows == query_active_rows(gpu_queues, HEADS_PER_QUEUE)
+    assert rows == query_active_rows(gpu_queues, HEADS_PER_QUEUE, count)
     assert [row[4] for row in rows if row[0] == small.pk] == [small.priority + 5]
 
 
@@ -262,28 +274,27 @@ def test_a_run_rolled_back_is_not_trusted_though_its_batch_number_is_taken_again
     decisions = admission.admit_pending(gpu_queues, at(seconds=3))
 
     assert not decisions.admitted
-    assert admission_cache.active_rows(gpu_queues, HEADS_PER_QUEUE) == query_active_rows(
-        gpu_queues, HEADS_PER_QUEUE
-    )
+    assert _same_as_the_database(gpu_queues)
     assert Workload.objects.get(pk=small.pk).phase == Workload.Phase.ADMITTED
 
 
 def test_a_run_that_fails_half_way_is_not_trusted(gpu_queues, monkeypatch):
-    """A run applies a parking change in memory, then fails reading the other changed rows (a
-    cancelled statement, a lost connection): the database takes the unparking back, and the
-    next run must not trust what the failed one left in memory."""
+    """A run requeues the parked workloads in memory (capacity was released), then fails
+    reading the changed rows (a cancelled statement, a lost connection): the database takes
+    the counted release back, and the next run must not trust what the failed one left in
+    memory."""
     big = _submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
     small = _submit(gpu_queues, "small", gpus=2)
     admission.admit_pending(gpu_queues, at(seconds=1))
     admission.admit_pending(gpu_queues, at(seconds=2))
 
-    def cancelled(rows):
+    def cancelled(rows, releases):
         raise OperationalError("canceling statement due to statement timeout")
 
     def failing_run():
         with transaction.atomic():
-            runtime.unpark(gpu_queues)  # `small`: a change of `parked` alone
+            runtime.unpark(gpu_queues)  # `small` back in its queue, in memory
             Workload.objects.filter(pk=big.pk).update(priority=big.priority + 1)  # to read
             monkeypatch.setattr(admission_cache, "_read", cancelled)
             admission.admit_pending(gpu_queues, at(seconds=3))
@@ -291,6 +302,7 @@ def test_a_run_that_fails_half_way_is_not_trusted(gpu_queues, monkeypatch):
     with pytest.raises(OperationalError):
         failing_run()
     monkeypatch.undo()
-    assert Workload.objects.get(pk=small.pk).parked
+    small.refresh_from_db()
+    assert parking.is_parked(small, parking.releases(gpu_queues.pk))
 
     admission.admit_pending(gpu_queues, at(seconds=4))  # verified against the database

@@ -30,7 +30,7 @@ def workloads(gpu_queues):
 
 def test_each_row_gets_its_own_values_and_other_rows_keep_theirs(workloads):
     changed, untouched = workloads[:-1], workloads[-1]
-    fields = ["admission", "quota_reserved_at", "pending_message", "admissions", "parked"]
+    fields = ["admission", "quota_reserved_at", "pending_message", "admissions", "preempting"]
     rows = [
         (
             row.pk,
@@ -119,7 +119,7 @@ def test_updated_rows_read_back_as_written(workloads, path):
         "quota_reserved_at",
         "pending_message",
         "pending_reason",
-        "parked",
+        "preempting",
         "resumed_from_step",
     ]
     rows = [

@@ -17,7 +17,7 @@ from django.utils import timezone
 from teams.services import Scope
 from web.panels import HIDDEN
 from web.views.common import caller, cluster_named, page
-from workloads import queueing
+from workloads import parking, queueing
 from workloads.manifests import ClusterQueueSpec
 from workloads.models import ClusterQueue, LocalQueue, Workload
 
@@ -25,7 +25,7 @@ from workloads.models import ClusterQueue, LocalQueue, Workload
 LIVE_ON = "workload. clusterqueue. localqueue."
 
 
-def _row(row: Workload, scope: Scope, now: datetime) -> dict[str, Any]:
+def _row(row: Workload, scope: Scope, now: datetime, releases: int) -> dict[str, Any]:
     visible = scope.can_read(row.namespace)
     waited_until = row.quota_reserved_at or now
     return {
@@ -40,14 +40,19 @@ def _row(row: Workload, scope: Scope, now: datetime) -> dict[str, Any]:
         "phase": row.phase,
         "evicting": row.evicting,
         "admitted_at": row.quota_reserved_at,
-        "reason": row.pending_reason or ("Inadmissible" if row.parked else ""),
+        "reason": row.pending_reason
+        or ("Inadmissible" if parking.is_parked(row, releases) else ""),
         # The scheduler's words may quote the workload; the reason alone names nobody.
         "message": row.pending_message if visible else "",
     }
 
 
 def _pending_rows(
-    order: list[Workload], scope: Scope, now: datetime, local_queue: tuple[str, str] | None = None
+    order: list[Workload],
+    scope: Scope,
+    now: datetime,
+    releases: int,
+    local_queue: tuple[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows with their 1-based place in the ClusterQueue and in their LocalQueue; only those
     of `local_queue` (namespace, name) when given."""
@@ -57,12 +62,14 @@ def _pending_rows(
         in_local[queue] = in_local.get(queue, 0) + 1
         if local_queue is None or queue == local_queue:
             place = {"position": position, "local_position": in_local[queue]}
-            rows.append({**_row(workload, scope, now), **place})
+            rows.append({**_row(workload, scope, now, releases), **place})
     return rows
 
 
-def _shown(rows: Iterable[Workload], scope: Scope, now: datetime) -> list[dict[str, Any]]:
-    return [_row(row, scope, now) for row in rows]
+def _shown(
+    rows: Iterable[Workload], scope: Scope, now: datetime, releases: int
+) -> list[dict[str, Any]]:
+    return [_row(row, scope, now, releases) for row in rows]
 
 
 @login_required
@@ -76,13 +83,12 @@ def cluster_queue(request: HttpRequest, name: str, queue: str) -> HttpResponse:
     strategy = ClusterQueueSpec.from_stored(cq.spec).queueing_strategy
 
     def queued() -> dict[str, Any]:
-        now = timezone.now()
+        now, releases = timezone.now(), parking.releases(cluster.pk)
         order = queueing.pending_in_order(cluster, cq.name, strategy)
+        holding = queueing.holding_quota(cluster, cluster_queue_name=cq.name)
         return {
-            "pending": _pending_rows(order, scope, now),
-            "holding": _shown(
-                queueing.holding_quota(cluster, cluster_queue_name=cq.name), scope, now
-            ),
+            "pending": _pending_rows(order, scope, now, releases),
+            "holding": _shown(holding, scope, now, releases),
         }
 
     local_queues = scope.filter(
@@ -112,18 +118,21 @@ def local_queue(request: HttpRequest, name: str, namespace: str, queue: str) -> 
     cq = ClusterQueue.objects.filter(cluster=cluster, name=found.cluster_queue_name).first()
 
     def queued() -> dict[str, Any]:
-        now = timezone.now()
+        now, releases = timezone.now(), parking.releases(cluster.pk)
         holding = queueing.holding_quota(cluster, namespace=namespace, queue_name=queue)
         if cq is None:  # Kueue keeps them pending, and tries none: there is no heap to be in
             pending = Workload.objects.filter(
                 cluster=cluster, namespace=namespace, queue_name=queue, phase=Workload.Phase.PENDING
             )
-            return {"pending": _shown(pending, scope, now), "holding": _shown(holding, scope, now)}
+            return {
+                "pending": _shown(pending, scope, now, releases),
+                "holding": _shown(holding, scope, now, releases),
+            }
         strategy = ClusterQueueSpec.from_stored(cq.spec).queueing_strategy
         order = queueing.pending_in_order(cluster, cq.name, strategy)
         return {
-            "pending": _pending_rows(order, scope, now, (namespace, queue)),
-            "holding": _shown(holding, scope, now),
+            "pending": _pending_rows(order, scope, now, releases, (namespace, queue)),
+            "holding": _shown(holding, scope, now, releases),
         }
 
     context = {

@@ -404,7 +404,8 @@ def _reserve(row: Workload, seen: Observed) -> list[Event]:
     row.admission = seen.admission
     row.cluster_queue_name = cq
     row.quota_reserved_at = reserved.at
-    row.parked = row.preempting = row.evicting = False
+    row.parked_release = None
+    row.preempting = row.evicting = False
     row.pending_reason = row.pending_message = row.eviction_reason = ""
     row.admissions += 1
     step = latest_step(row)
