@@ -11,6 +11,7 @@ from django.apps import apps
 
 from events.models import Event
 from events.services import number_events
+from workloads import services
 from workloads.models import (
     Checkpoint,
     KubeObject,
@@ -180,6 +181,20 @@ def job(
 def at(seconds=0, minutes=0):
     """A point on the test clock, `T0` plus an offset."""
     return T0 + timedelta(seconds=seconds, minutes=minutes)
+
+
+def submit(cluster, name: str, gpus: int) -> Workload:
+    """A one-pod Job of `gpus` GPUs in `NAMESPACE`, queued without an admission run; its
+    workload."""
+    services.apply(
+        cluster,
+        job(name, pods=1, gpus=gpus),
+        source=f"{name}.yaml",
+        now=at(),
+        namespace=NAMESPACE,
+        admit=services.Admit.SKIP,
+    )
+    return Workload.objects.get(cluster=cluster, owner__name=name)
 
 
 def row_counts():

@@ -12,8 +12,8 @@ import pytest
 from django.db import connection, transaction
 
 from tests.integration.workers import InThread
-from tests.support import NAMESPACE, at, job
-from workloads import admission, parking, runtime, services
+from tests.support import NAMESPACE, at, submit
+from workloads import admission, parking, runtime
 from workloads.models import CapacityRelease, Workload
 
 pytestmark = [
@@ -25,24 +25,12 @@ pytestmark = [
 ]
 
 
-def _submit(cluster, name: str, gpus: int) -> Workload:
-    services.apply(
-        cluster,
-        job(name, pods=1, gpus=gpus),
-        source=f"{name}.yaml",
-        now=at(),
-        namespace=NAMESPACE,
-        admit=services.Admit.SKIP,
-    )
-    return Workload.objects.get(cluster=cluster, owner__name=name)
-
-
 def test_a_release_committed_while_a_run_decides_requeues_what_the_run_parks(
     gpu_queues, monkeypatch
 ):
-    big = _submit(gpu_queues, "big", gpus=6)
+    big = submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
-    small = _submit(gpu_queues, "small", gpus=2)
+    small = submit(gpu_queues, "small", gpus=2)
     decided, go_on = threading.Event(), threading.Event()
     write = admission._Writer.write
 

@@ -10,8 +10,8 @@ import pytest
 from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from tests.support import NAMESPACE, at, job
-from workloads import admission, admission_cache, parking, runtime, services, whatif
+from tests.support import NAMESPACE, at, job, submit
+from workloads import admission, admission_cache, parking, runtime, whatif
 from workloads.models import Workload, WorkloadChange, WorkloadChangeLog
 from workloads.snapshot import HEADS_PER_QUEUE, query_active_rows
 
@@ -31,18 +31,6 @@ def _changes(cluster) -> list[int]:
     return sorted(_unread(cluster).values_list("workload_id", flat=True))
 
 
-def _submit(cluster, name, gpus):
-    services.apply(
-        cluster,
-        job(name, pods=1, gpus=gpus),
-        source=f"{name}.yaml",
-        now=at(),
-        namespace=NAMESPACE,
-        admit=services.Admit.SKIP,
-    )
-    return Workload.objects.get(cluster=cluster, owner__name=name)
-
-
 @pytest.fixture
 def unverified(settings):
     """The cache alone, as in production: a missed change shows as a wrong decision."""
@@ -51,7 +39,7 @@ def unverified(settings):
 
 def test_the_triggers_note_inserts_deletes_and_changes_to_what_admission_reads(gpu_queues):
     WorkloadChange.objects.all().delete()
-    row = _submit(gpu_queues, "noted", gpus=2)
+    row = submit(gpu_queues, "noted", gpus=2)
     assert _changes(gpu_queues) == [row.pk]
 
     WorkloadChange.objects.all().delete()
@@ -69,10 +57,10 @@ def test_the_triggers_note_inserts_deletes_and_changes_to_what_admission_reads(g
 
 
 def test_a_deleted_clusters_changes_and_cache_go_with_it(gpu_queues):
-    _submit(gpu_queues, "running", gpus=2)
+    submit(gpu_queues, "running", gpus=2)
     admission.admit_pending(gpu_queues, at())
     assert WorkloadChangeLog.objects.filter(cluster_id=gpu_queues.pk).exists()
-    _submit(gpu_queues, "waiting", gpus=2)  # a change no run consumed yet
+    submit(gpu_queues, "waiting", gpus=2)  # a change no run consumed yet
     cluster_id = gpu_queues.pk
 
     gpu_queues.delete()
@@ -86,9 +74,9 @@ def test_a_write_behind_admissions_back_is_read_by_its_next_run(gpu_queues, unve
     """The ClusterQueue has 6 GPUs. `big` takes them; `small` waits. Then a writer other than
     admission (here the ORM, as a watch or the API would) finishes `big`: the cached queues must
     learn of it, or `small` waits for quota that is free."""
-    big = _submit(gpu_queues, "big", gpus=6)
+    big = submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
-    small = _submit(gpu_queues, "small", gpus=2)
+    small = submit(gpu_queues, "small", gpus=2)
     admission.admit_pending(gpu_queues, at())
     big.refresh_from_db()
     small.refresh_from_db()
@@ -122,9 +110,9 @@ def test_workers_taking_turns_read_each_others_batches_not_everything(gpu_queues
     """Two workers take turns on the admission lock. The other one numbered the changes in
     its run: this one reads that batch of changes, and only the rows it names."""
     other = _Worker()
-    big = _submit(gpu_queues, "big", gpus=6)
+    big = submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
-    _submit(gpu_queues, "small", gpus=2)
+    submit(gpu_queues, "small", gpus=2)
     other.admit(gpu_queues, at())  # reads everything: its first run; `small` waits
     runtime.finish([big], at(), Workload.Phase.FINISHED)
     other.admit(gpu_queues, at(seconds=1))  # admits `small`: the batch names both
@@ -143,9 +131,9 @@ def test_a_worker_that_missed_pruned_batches_reads_everything(gpu_queues, unveri
     monkeypatch.setattr(admission_cache, "KEEP_BATCHES", 2)
     monkeypatch.setattr(admission_cache, "PRUNE_EVERY", 1)
     other = _Worker()
-    big = _submit(gpu_queues, "big", gpus=6)
+    big = submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
-    small = _submit(gpu_queues, "small", gpus=2)
+    small = submit(gpu_queues, "small", gpus=2)
     runtime.finish([big], at(), Workload.Phase.FINISHED)
     for second in range(1, 5):  # the other worker admits `small`, then runs on
         other.admit(gpu_queues, at(seconds=second))
@@ -163,9 +151,9 @@ def test_a_worker_that_missed_pruned_batches_reads_everything(gpu_queues, unveri
 
 
 def test_verification_fails_when_the_cache_and_the_database_disagree(gpu_queues):
-    big = _submit(gpu_queues, "big", gpus=6)
+    big = submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
-    _submit(gpu_queues, "small", gpus=2)
+    submit(gpu_queues, "small", gpus=2)
     # A change no trigger saw: the cache loses `big`, and no change row tells it to read it.
     admission_cache._clusters[gpu_queues.pk].forget(big.pk)
     WorkloadChange.objects.filter(workload_id=big.pk).delete()
@@ -182,7 +170,7 @@ def _noted(cluster) -> list[tuple[int, int | None]]:
 
 
 def test_a_change_that_only_parks_carries_the_count_it_parked_at(gpu_queues):
-    row = _submit(gpu_queues, "noted", gpus=2)
+    row = submit(gpu_queues, "noted", gpus=2)
     WorkloadChange.objects.all().delete()
 
     Workload.objects.filter(pk=row.pk).update(parked_release=3)
@@ -199,9 +187,9 @@ def test_a_release_changes_no_row_and_parking_again_reaches_the_cache_without_a_
     """Every release of capacity requeues the cluster's inadmissible workloads and the next run
     parks most of them again: the release is one row, which changes no workload, and the cache
     applies the parking from the change rows alone."""
-    _submit(gpu_queues, "big", gpus=6)
+    submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
-    small = _submit(gpu_queues, "small", gpus=2)
+    small = submit(gpu_queues, "small", gpus=2)
     admission.admit_pending(gpu_queues, at())
     small.refresh_from_db()
     assert parking.is_parked(small, parking.releases(gpu_queues.pk))
@@ -227,9 +215,9 @@ def test_a_release_changes_no_row_and_parking_again_reaches_the_cache_without_a_
 
 
 def test_a_parking_change_after_another_change_reads_the_row(gpu_queues, unverified):
-    _submit(gpu_queues, "big", gpus=6)
+    submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
-    small = _submit(gpu_queues, "small", gpus=2)
+    small = submit(gpu_queues, "small", gpus=2)
     admission.admit_pending(gpu_queues, at())
 
     count = parking.releases(gpu_queues.pk)
@@ -245,11 +233,11 @@ def test_a_parking_change_after_another_change_reads_the_row(gpu_queues, unverif
 def test_a_what_if_leaves_nothing_in_the_cache(gpu_queues):
     """A what-if admits in a transaction it rolls back: the workload it imagined must not stay
     in the cache (on PostgreSQL, whose ids are not given back, it stayed there as a phantom)."""
-    _submit(gpu_queues, "big", gpus=4)
+    submit(gpu_queues, "big", gpus=4)
     admission.admit_pending(gpu_queues, at())
     imagined = job("imagined", pods=1, gpus=2)
     whatif.whatif(gpu_queues, imagined, "imagined.yaml", at(seconds=1), namespace=NAMESPACE)
-    small = _submit(gpu_queues, "small", gpus=2)
+    small = submit(gpu_queues, "small", gpus=2)
 
     decisions = admission.admit_pending(gpu_queues, at(seconds=2))  # verified: no drift
 
@@ -262,9 +250,9 @@ def test_a_run_rolled_back_is_not_trusted_though_its_batch_number_is_taken_again
     """This worker's run is rolled back; the other worker's next run takes the same batch
     number, for changes this one never saw: it must not take them as read."""
     other = _Worker()
-    big = _submit(gpu_queues, "big", gpus=6)
+    big = submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
-    small = _submit(gpu_queues, "small", gpus=2)
+    small = submit(gpu_queues, "small", gpus=2)
     with transaction.atomic():
         admission.admit_pending(gpu_queues, at(seconds=1))  # batch 2, `small` waits
         transaction.set_rollback(True)
@@ -283,9 +271,9 @@ def test_a_run_that_fails_half_way_is_not_trusted(gpu_queues, monkeypatch):
     reading the changed rows (a cancelled statement, a lost connection): the database takes
     the counted release back, and the next run must not trust what the failed one left in
     memory."""
-    big = _submit(gpu_queues, "big", gpus=6)
+    big = submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
-    small = _submit(gpu_queues, "small", gpus=2)
+    small = submit(gpu_queues, "small", gpus=2)
     admission.admit_pending(gpu_queues, at(seconds=1))
     admission.admit_pending(gpu_queues, at(seconds=2))
 

@@ -3,21 +3,9 @@
 from __future__ import annotations
 
 from clusters.models import Cluster
-from tests.support import NAMESPACE, at, job
-from workloads import admission, explain, parking, runtime, services
+from tests.support import NAMESPACE, at, submit
+from workloads import admission, explain, parking, runtime
 from workloads.models import CapacityRelease, Workload, WorkloadChange
-
-
-def _submit(cluster, name: str, gpus: int) -> Workload:
-    services.apply(
-        cluster,
-        job(name, pods=1, gpus=gpus),
-        source=f"{name}.yaml",
-        now=at(),
-        namespace=NAMESPACE,
-        admit=services.Admit.SKIP,
-    )
-    return Workload.objects.get(cluster=cluster, owner__name=name)
 
 
 def _parked(row: Workload) -> bool:
@@ -28,9 +16,9 @@ def _parked(row: Workload) -> bool:
 def test_a_release_is_one_row_that_the_next_run_counts_and_requeues_every_parked_workload(
     gpu_queues,
 ):
-    big = _submit(gpu_queues, "big", gpus=6)
+    big = submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
-    waiting = [_submit(gpu_queues, name, gpus=2) for name in ("first", "second")]
+    waiting = [submit(gpu_queues, name, gpus=2) for name in ("first", "second")]
     admission.admit_pending(gpu_queues, at(seconds=1))
     assert [_parked(row) for row in waiting] == [True, True]
     before, changes = parking.releases(gpu_queues.pk), WorkloadChange.objects.count()

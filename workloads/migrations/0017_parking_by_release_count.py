@@ -16,26 +16,8 @@ from django.db import migrations, models
 
 import workloads.models
 
-# 0013's WATCHED, with the parked column first after `phase` (cheap, and most likely to differ).
-OTHERS = (
-    "phase",
-    "evicting",
-    "preempting",
-    "active",
-    "pods_ready",
-    "pending_reason",
-    "quota_reserved_at",
-    "requeue_at",
-    "priority",
-    "queued_at",
-    "cluster_id",
-    "queue_name",
-    "namespace",
-    "name",
-    "pending_message",
-    "admission",
-    "pod_sets",
-)
+# 0013's watched columns but `parked`, cheapest and most likely to differ first.
+OTHERS: tuple[str, ...] = import_module("workloads.migrations.0013_workload_change_parked").OTHERS
 TABLE = "workloads_workloadchange"
 
 
