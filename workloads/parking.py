@@ -28,6 +28,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.expressions import Combinable
 from django.db.models.functions import Coalesce
 
 from clusters.models import Cluster
@@ -79,16 +80,11 @@ def count_noted() -> None:
 def releases(cluster_id: int) -> int:
     """The cluster's count of releases as readers see it: a release noted and not counted yet
     counts already (the next run will count it)."""
-    log = WorkloadChangeLog.objects.filter(cluster_id=cluster_id).values("releases")
-    noted = CapacityRelease.objects.filter(cluster_id=cluster_id)
-    found = Cluster.objects.filter(pk=cluster_id).values_list(
-        Coalesce(Subquery(log[:1]), Value(0)), Exists(noted)
-    )
-    count, pending = next(iter(found), (0, False))
-    return int(count) + bool(pending)
+    found = Cluster.objects.filter(pk=cluster_id).values_list(_count(cluster_id), flat=True)
+    return int(next(iter(found), 0))
 
 
-def parked_at(count: int) -> Q:
+def parked_at(count: int | Combinable) -> Q:
     """Parked while the count of releases is `count`."""
     return Q(parked_release__gte=count)
 
@@ -97,11 +93,20 @@ def is_parked(row: Workload, count: int) -> bool:
     return row.parked_release is not None and row.parked_release >= count
 
 
+def parked(count: int | Combinable) -> Coalesce:
+    """For `annotate`: whether a workload is parked at the count of releases `count`."""
+    return Coalesce(ExpressionWrapper(parked_at(count), output_field=BooleanField()), Value(False))
+
+
 def parked_now() -> Coalesce:
     """For `annotate`: whether a workload is parked now, as `releases` counts (rows of any
     cluster)."""
-    log = WorkloadChangeLog.objects.filter(cluster_id=OuterRef("cluster_id")).values("releases")
-    noted = Exists(CapacityRelease.objects.filter(cluster_id=OuterRef("cluster_id")))
-    count = Coalesce(Subquery(log[:1]), Value(0)) + Case(When(noted, then=1), default=0)
-    parked = ExpressionWrapper(Q(parked_release__gte=count), output_field=BooleanField())
-    return Coalesce(parked, Value(False))
+    return parked(_count(OuterRef("cluster_id")))
+
+
+def _count(cluster: int | OuterRef) -> Combinable:
+    """The count of releases of `cluster` (a primary key, or a reference to one), a noted
+    release included."""
+    log = WorkloadChangeLog.objects.filter(cluster_id=cluster).values("releases")
+    noted = Exists(CapacityRelease.objects.filter(cluster_id=cluster))
+    return Coalesce(Subquery(log[:1]), Value(0)) + Case(When(noted, then=1), default=0)

@@ -10,18 +10,15 @@ from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.models import (
-    BooleanField,
-    ExpressionWrapper,
     F,
     Model,
     Q,
     QuerySet,
     TextField,
-    Value,
     Window,
 )
 from django.db.models.base import ModelState
-from django.db.models.functions import Cast, Coalesce, Collate, RowNumber
+from django.db.models.functions import Cast, Collate, RowNumber
 
 import scheduler as s
 from clusters.models import Cluster, Node, NodeGeneration
@@ -350,10 +347,7 @@ def read_rows(rows: QuerySet[Workload], releases: int, *extra: str) -> list[Work
     rows = rows.annotate(
         pod_sets_text=Cast("pod_sets", TextField()),
         admission_text=Cast("admission", TextField()),
-        parked=Coalesce(
-            ExpressionWrapper(parking.parked_at(releases), output_field=BooleanField()),
-            Value(False),
-        ),
+        parked=parking.parked(releases),
     )
     return list(rows.order_by("pk").values_list(*_WORKLOAD_COLUMNS, *extra))
 
