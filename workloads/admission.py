@@ -33,6 +33,7 @@ from workloads.snapshot import (
     HEADS_PER_QUEUE,
     ClusterSnapshot,
     admission_json,
+    cluster_scheduling_config,
     load,
     query_active_rows,
 )
@@ -67,8 +68,9 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
     """
     budget = max_admissions
     heads = HEADS_PER_QUEUE
+    simulated = False
     for round_number in range(MAX_ROUNDS):
-        changed = False
+        changed = window_filled = False
         # After the first round, admission runs again only if something waits: the scheduler
         # decides nothing without a pending workload, and reloading the cluster to find that
         # out cost a second full round after every submission.
@@ -76,7 +78,8 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
             decisions = admit_pending(cluster, now, budget, heads)
             if budget is not None:
                 budget -= len(decisions.admitted)
-            if len(decisions.admitted) >= heads:
+            window_filled = len(decisions.admitted) >= heads
+            if window_filled:
                 # A deep queue: a wider window next round rather than a round per window.
                 heads *= WINDOW_GROWTH
             changed = bool(
@@ -84,8 +87,13 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
                 or decisions.preemptions
                 or any(p.parked for p in decisions.pending)
             )
-        if not (_simulate_round(cluster, now, first=round_number == 0) or changed):
+        if window_filled and not decisions.preemptions:
+            # The rest of a deep queue is admitted before its pods are bound, as Kueue admits
+            # while kube-scheduler binds: quota, not binding, decides what fits next.
+            continue
+        if not (_simulate_round(cluster, now, first=not simulated) or changed):
             return
+        simulated = True
 
 
 def _anything_pending(cluster: Cluster) -> bool:
@@ -130,9 +138,10 @@ def admit_pending(
     """
     with _collection_paused(), transaction.atomic(), deferred_events():
         lock_admission(cluster)
-        fairsharing.sample(cluster, now)
+        config = cluster_scheduling_config(cluster)
+        fairsharing.sample(cluster, now, config.admission_fair_sharing)
         rows = admission_cache.active_rows if settings.ADMISSION_CACHE else query_active_rows
-        snap = load(cluster, heads_per_queue, rows, parking.counted(cluster.pk))
+        snap = load(cluster, heads_per_queue, rows, parking.counted(cluster.pk), config)
         decisions = scheduler.schedule(snap.snapshot, max_admissions=max_admissions)
         _Writer(cluster, snap, now).write(decisions)
         _charge_local_queues(snap, decisions)
@@ -257,7 +266,7 @@ class _Writer:
             KubeObject.objects.filter(pk__in=owner_ids).update(preemptions=F("preemptions") + count)
 
     def _mark_pending(self, pending: Iterable[scheduler.Pending]) -> None:
-        changes = self.snap.pending_changes(pending)
+        changes, parking_only = self.snap.pending_changes(pending)
         releases = self.snap.releases
         bulk.update_rows(
             Workload,
@@ -266,8 +275,16 @@ class _Writer:
             [
                 (pk, reason, message, releases if parked else None)
                 for pk, (reason, message, parked) in changes.items()
+                if pk not in parking_only
             ],
         )
+        # Most changes of a busy cluster: a workload requeued by a release and parked again
+        # for the same reason. One statement sets their count, without a join of new values.
+        by_count: dict[int | None, list[int]] = {}
+        for pk in parking_only:
+            by_count.setdefault(releases if changes[pk][2] else None, []).append(pk)
+        for count, pks in by_count.items():
+            Workload.objects.filter(pk__in=bulk.key_set(pks)).update(parked_release=count)
         waiting = scheduler.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
         # Its victims (perhaps another entry's) are stopping: it keeps the queue head.
         preempting = [pk for pk, (reason, _, _) in changes.items() if reason == waiting]

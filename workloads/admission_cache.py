@@ -116,9 +116,21 @@ class _ClusterWorkloads:
 
     def released(self, releases: int) -> None:
         """Capacity was released (the count moved on to `releases`): every parked workload
-        goes back to its queue."""
-        for pk in list(self.parked):
-            self.park(pk, False)
+        goes back to its queue. A release each tick of a busy cluster requeues thousands, so
+        each queue is sorted once rather than inserted into once per workload."""
+        requeued = set()
+        for pk in self.parked:
+            row, active, requeue_at = self.rows[pk]
+            cached = ((*row[:_PARKED], False, *row[_PARKED + 1 :]), active, requeue_at)
+            self.rows[pk] = cached
+            if _waits(cached):
+                key, entry = _entry(cached[0])
+                self.queues.setdefault(key, []).append(entry)
+                self.entries[pk] = (key, entry)
+                requeued.add(key)
+        for key in requeued:
+            self.queues[key].sort()
+        self.parked.clear()
         self.releases = releases
 
     def changing(self) -> None:
@@ -151,10 +163,9 @@ class _ClusterWorkloads:
         self._dequeue(pk)
 
     def _enqueue(self, row: WorkloadRow) -> None:
-        pk, namespace, name, queue, priority, queued_at = row[:6]
-        entry = ((not row[10], -priority, queued_at, name), pk)  # row[10]: preempting
-        insort(self.queues.setdefault((namespace, queue), []), entry)
-        self.entries[pk] = ((namespace, queue), entry)
+        key, entry = _entry(row)
+        insort(self.queues.setdefault(key, []), entry)
+        self.entries[row[0]] = (key, entry)
 
     def _dequeue(self, pk: int) -> None:
         if (found := self.entries.pop(pk, None)) is not None:
@@ -169,6 +180,12 @@ class _ClusterWorkloads:
         for queue in self.queues.values():
             pks.update(pk for _, pk in queue[:heads_per_queue])
         return [self.rows[pk][0] for pk in sorted(pks)]
+
+
+def _entry(row: WorkloadRow) -> tuple[_QueueKey, _Entry]:
+    """The row's LocalQueue and its entry there."""
+    pk, namespace, name, queue, priority, queued_at = row[:6]
+    return (namespace, queue), ((not row[10], -priority, queued_at, name), pk)  # 10: preempting
 
 
 def _waits(cached: _CachedRow) -> bool:

@@ -17,7 +17,7 @@ from clusters.models import Cluster
 from scheduler.fairsharing import alpha, total_requests
 from scheduler.model import AdmissionFairSharing
 from workloads.models import LocalQueue, Workload
-from workloads.snapshot import admission, configuration, pod_sets, scheduling_config
+from workloads.snapshot import admission, pod_sets
 
 Consumed = dict[str, float]
 
@@ -44,10 +44,10 @@ def _live_usage(cluster: Cluster) -> dict[tuple[str, str], Consumed]:
     return usage
 
 
-def sample(cluster: Cluster, now: datetime) -> None:
+def sample(cluster: Cluster, now: datetime, config: AdmissionFairSharing | None) -> None:
     """Kueue `reconcileConsumedUsage` for every LocalQueue of the cluster whose last sample is
-    at least `usageSamplingInterval` old (a LocalQueue never sampled starts its clock now)."""
-    config = scheduling_config(configuration(cluster)).admission_fair_sharing
+    at least `usageSamplingInterval` old (a LocalQueue never sampled starts its clock now).
+    `config`: the cluster's (`snapshot.cluster_scheduling_config`); None turns it off."""
     if config is None:
         return
     live: dict[tuple[str, str], Consumed] | None = None

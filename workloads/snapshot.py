@@ -149,13 +149,21 @@ class ClusterSnapshot:
             result[wanted[pk]] = row
         return result
 
-    def pending_changes(self, pending: Iterable[s.Pending]) -> dict[int, tuple[str, str, bool]]:
-        changes = {}
+    def pending_changes(
+        self, pending: Iterable[s.Pending]
+    ) -> tuple[dict[int, tuple[str, str, bool]], set[int]]:
+        """The (reason, message, parked) of the pending workloads whose stored state differs,
+        by primary key, and those of them whose parking alone changed."""
+        changes, parking_only = {}, set()
         for decision in pending:
             state = (decision.reason.value, decision.message, decision.parked)
-            if self.pending_state.get(decision.workload) != state:
-                changes[self.ids[decision.workload]] = state
-        return changes
+            stored = self.pending_state.get(decision.workload)
+            if stored != state:
+                pk = self.ids[decision.workload]
+                changes[pk] = state
+                if stored is not None and stored[:2] == state[:2]:
+                    parking_only.add(pk)
+        return changes, parking_only
 
 
 # The related objects' cache names (`set_cached_value`'s keys).
@@ -454,13 +462,17 @@ def load(
     heads_per_queue: int = HEADS_PER_QUEUE,
     active_rows: Callable[[Cluster, int, int], list[WorkloadRow]] = query_active_rows,
     releases: int | None = None,
+    config: SchedulingConfig | None = None,
 ) -> ClusterSnapshot:
     """Queues, flavors, cohorts, the Configuration and the active workloads of a cluster in
     seven queries; three more (topologies, nodes, bound pods) when a ResourceFlavor is
     topology-aware. Workloads are parked or not at the count of capacity releases `releases`
-    (without it, the cluster's count: one more query)."""
+    (without it, the cluster's count: one more query), under the scheduling configuration
+    `config` (without it, the cluster's)."""
     if releases is None:
         releases = parking.releases(cluster.pk)
+    if config is None:
+        config = cluster_scheduling_config(cluster)
 
     known_checks = frozenset(name for name, _ in _specs(AdmissionCheck, cluster))
     cqs = {
@@ -472,7 +484,6 @@ def load(
         for name, parent, spec in _specs(Cohort, cluster, "parent_name")
     }
     flavors = {name: _resource_flavor(name, spec) for name, spec in _specs(ResourceFlavor, cluster)}
-    config = _scheduling_config(_configuration_text(cluster))
     cq_by_queue, stopped = {}, set()
     lq_usage, lq_weights = {}, {}
     for ns, name, cq, spec, consumed in _local_queues(cluster):
@@ -557,6 +568,11 @@ def _resource_flavor(name: str, spec: str) -> s.ResourceFlavor:
 @lru_cache(maxsize=256)
 def _scheduling_config(spec: str | None) -> SchedulingConfig:
     return scheduling_config(json.loads(spec) if spec is not None else default_configuration())
+
+
+def cluster_scheduling_config(cluster: Cluster) -> SchedulingConfig:
+    """What the scheduler reads of the cluster's Configuration (Kueue's defaults when none)."""
+    return _scheduling_config(_configuration_text(cluster))
 
 
 def _configuration_text(cluster: Cluster) -> str | None:

@@ -15,7 +15,7 @@ import yaml
 
 from tests.shared import requires_shared
 from tests.support import GPU_QUEUES, NAMESPACE, at, job
-from workloads import admission, fairsharing, services
+from workloads import admission, fairsharing, services, snapshot
 from workloads.manifests import ManifestError, load_documents, queue_spec, render
 from workloads.models import LocalQueue, Workload
 
@@ -45,6 +45,12 @@ def _queue(cluster):
     return LocalQueue.objects.get(cluster=cluster, namespace=NAMESPACE, name="team-llm")
 
 
+def _sample(cluster, now):
+    """A sample at `now` under the cluster's Configuration, as an admission run takes one."""
+    config = snapshot.cluster_scheduling_config(cluster).admission_fair_sharing
+    fairsharing.sample(cluster, now, config)
+
+
 def _admit_job(cluster):
     """The Job admitted into gpu-queue (whose admission mode leaves its LocalQueue uncharged,
     so only sampling moves the consumed resources)."""
@@ -63,15 +69,15 @@ def test_sample_decays_consumed_towards_admitted_usage_once_per_interval(afs_clu
         at(),
     )
 
-    fairsharing.sample(afs_cluster, at(minutes=4))
+    _sample(afs_cluster, at(minutes=4))
     assert _queue(afs_cluster).usage_sampled_at == at()
 
-    fairsharing.sample(afs_cluster, at(minutes=10))
+    _sample(afs_cluster, at(minutes=10))
     queue = _queue(afs_cluster)
     assert queue.usage_sampled_at == at(minutes=10)
     assert queue.consumed_resources == pytest.approx({k: v / 2 for k, v in JOB_USAGE.items()})
 
-    fairsharing.sample(afs_cluster, at(minutes=20))
+    _sample(afs_cluster, at(minutes=20))
     assert _queue(afs_cluster).consumed_resources == pytest.approx(
         {k: v * 3 / 4 for k, v in JOB_USAGE.items()}
     )
@@ -81,7 +87,7 @@ def test_quota_reserved_while_checks_are_pending_is_not_consumed(afs_cluster):
     """Kueue samples the LocalQueue's admitted usage (`GetAdmittedUsage`), not its reserved."""
     _admit_job(afs_cluster)
     Workload.objects.filter(cluster=afs_cluster).update(phase=Workload.Phase.QUOTA_RESERVED)
-    fairsharing.sample(afs_cluster, at(minutes=10))
+    _sample(afs_cluster, at(minutes=10))
     assert _queue(afs_cluster).consumed_resources == {}
 
 
@@ -89,7 +95,7 @@ def test_sample_decays_towards_zero_once_nothing_is_admitted(afs_cluster):
     LocalQueue.objects.filter(cluster=afs_cluster).update(
         consumed_resources={"cpu": 8.0}, usage_sampled_at=at()
     )
-    fairsharing.sample(afs_cluster, at(minutes=20))  # two half-lives, nothing held
+    _sample(afs_cluster, at(minutes=20))  # two half-lives, nothing held
     assert _queue(afs_cluster).consumed_resources == pytest.approx({"cpu": 2.0})
 
 
@@ -99,12 +105,12 @@ def test_zero_half_life_resets_consumed_resources(afs_cluster):
     LocalQueue.objects.filter(cluster=afs_cluster).update(
         consumed_resources={"cpu": 8.0}, usage_sampled_at=at()
     )
-    fairsharing.sample(afs_cluster, at(minutes=5))
+    _sample(afs_cluster, at(minutes=5))
     assert _queue(afs_cluster).consumed_resources == {}
 
 
 def test_sample_does_nothing_without_admission_fair_sharing(gpu_queues):
-    fairsharing.sample(gpu_queues, at(minutes=30))
+    _sample(gpu_queues, at(minutes=30))
     assert _queue(gpu_queues).usage_sampled_at is None
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import yaml
 
+from clusters.services import provision_now
 from tests.support import NAMESPACE, at
 from workloads import admission, services
-from workloads.models import Workload
+from workloads.models import Pod, Workload
 
 QUEUES = f"""\
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -72,3 +73,35 @@ def test_one_settle_admits_a_deep_queue_in_windows_growing_fourfold(cluster, mon
     # Each round reads every workload holding quota again: 16 + 64 + 256 heads, three rounds
     # (doubling took five).
     assert windows == [16, 64, 256]
+
+
+def test_a_deep_queue_is_admitted_before_its_pods_are_bound(cluster, monkeypatch):
+    """Kueue admits while kube-scheduler binds: the simulated cluster's round (which binds
+    pods) waits until no window of heads fills up, so the last workload's admission does not
+    wait behind the binding of the first ones' pods."""
+    # CPU nodes: the fixture's GPU nodes are tainted against pods that ask for no GPU.
+    provision_now(cluster, name="cpupool", machine_type="n2-standard-32", node_count=3, at=at())
+    services.apply(cluster, QUEUES, source="queues.yaml", now=at())
+    services.apply(
+        cluster,
+        _jobs(range(60)),  # windows of 16 and 64 heads
+        source="jobs.yaml",
+        now=at(),
+        namespace=NAMESPACE,
+        admit=services.Admit.SKIP,
+    )
+    pending_at_each_round = []
+    simulate_round = admission._simulate_round
+
+    def noting_the_pending(cluster, now, *, first):
+        pending_at_each_round.append(
+            Workload.objects.filter(cluster=cluster, phase=Workload.Phase.PENDING).count()
+        )
+        return simulate_round(cluster, now, first=first)
+
+    monkeypatch.setattr(admission, "_simulate_round", noting_the_pending)
+
+    admission.settle(cluster, at(seconds=1))
+
+    assert pending_at_each_round[0] == 0
+    assert Pod.objects.filter(cluster=cluster, node__isnull=False).count() == 60
