@@ -36,6 +36,7 @@ from workloads.snapshot import (
     cluster_scheduling_config,
     load,
     query_active_rows,
+    topology_aware,
 )
 
 ADMIT_FIELDS = [
@@ -68,7 +69,6 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
     """
     budget = max_admissions
     heads = HEADS_PER_QUEUE
-    simulated = False
     for round_number in range(MAX_ROUNDS):
         changed = window_filled = False
         # After the first round, admission runs again only if something waits: the scheduler
@@ -87,13 +87,22 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
                 or decisions.preemptions
                 or any(p.parked for p in decisions.pending)
             )
-        if window_filled and not decisions.preemptions:
-            # The rest of a deep queue is admitted before its pods are bound, as Kueue admits
-            # while kube-scheduler binds: quota, not binding, decides what fits next.
-            continue
-        if not (_simulate_round(cluster, now, first=not simulated) or changed):
+        if window_filled and round_number > 0 and _binding_only(cluster, decisions):
+            continue  # the next window first
+        if not (_simulate_round(cluster, now, first=round_number == 0) or changed):
             return
-        simulated = True
+
+
+def _binding_only(cluster: Cluster, decisions: scheduler.Decisions) -> bool:
+    """Whether the simulated cluster's next round at this instant, after its first, would only
+    bind and start the pods of the workloads just admitted, which no admission decision reads:
+    the rest of a deep queue is then admitted first, as Kueue admits while kube-scheduler binds
+    (the round comes once no window fills).
+
+    The first round at an instant also ends back-offs, stops evicted workloads and finishes
+    jobs (quota and queues that admission reads). A preemption's victims are stopped by the
+    next round. Topology-aware placement reads the nodes other pods are bound to."""
+    return not decisions.preemptions and not topology_aware(cluster)
 
 
 def _anything_pending(cluster: Cluster) -> bool:
