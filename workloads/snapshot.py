@@ -512,12 +512,6 @@ def load(
     return ClusterSnapshot(cluster, snapshot, ids, pending_state, held, releases)
 
 
-def topology_aware(cluster: Cluster) -> bool:
-    """Whether a ResourceFlavor of the cluster places pods by topology (TAS)."""
-    flavors = _specs(ResourceFlavor, cluster)
-    return any(_resource_flavor(name, spec).topology_name for name, spec in flavors)
-
-
 def _specs(model: type[QueueObject], cluster: Cluster, *fields: str) -> list[tuple[Any, ...]]:
     """Each queue object's name, `fields`, and spec as text (the key of the conversions below),
     by name. In SQL: every admission run reads them, and the ORM took longer to build these

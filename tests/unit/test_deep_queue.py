@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import yaml
 
-from clusters.services import provision_now
 from tests.support import NAMESPACE, at
 from workloads import admission, services
-from workloads.models import Pod, Workload
+from workloads.models import Workload
 
 SKIP = services.Admit.SKIP
 
@@ -53,7 +52,7 @@ def _jobs(numbers: range) -> str:
     )
 
 
-def test_one_settle_admits_a_deep_queue_in_windows_growing_fourfold(cluster, monkeypatch):
+def test_one_settle_admits_a_deep_queue_in_two_windows(cluster, monkeypatch):
     services.apply(cluster, QUEUES, source="queues.yaml", now=at())
     for first in range(0, 300, 100):  # a request's most documents
         jobs = _jobs(range(first, first + 100))
@@ -72,71 +71,15 @@ def test_one_settle_admits_a_deep_queue_in_windows_growing_fourfold(cluster, mon
 
     phases = Workload.objects.filter(cluster=cluster).values_list("phase", flat=True)
     assert list(phases) == [Workload.Phase.ADMITTED] * 300
-    # Each round reads every workload holding quota again: 16 + 64 + 256 heads, three rounds
-    # (doubling took five).
-    assert windows == [16, 64, 256]
-
-
-TOPOLOGY = """\
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: Topology
-metadata: {name: hosts}
-spec:
-  levels: [{nodeLabel: kubernetes.io/hostname}]
-"""
-
-
-def _simulated_rounds(cluster, monkeypatch, queues: str) -> list[tuple[bool, int]]:
-    """Settles 100 queued jobs (windows of 16 and 64 heads fill up, 256 does not) on four CPU
-    nodes; returns each simulated round's `first` and the workloads pending as it began."""
-    # CPU nodes: the fixture's GPU nodes are tainted against pods that ask for no GPU.
-    provision_now(cluster, name="cpupool", machine_type="n2-standard-32", node_count=4, at=at())
-    services.apply(cluster, queues, source="queues.yaml", now=at())
-    jobs = _jobs(range(100))
-    services.apply(cluster, jobs, source="jobs.yaml", now=at(), namespace=NAMESPACE, admit=SKIP)
-    rounds = []
-    simulate_round = admission._simulate_round
-
-    def noting_the_pending(cluster, now, *, first):
-        pending = Workload.objects.filter(cluster=cluster, phase=Workload.Phase.PENDING)
-        rounds.append((first, pending.count()))
-        return simulate_round(cluster, now, first=first)
-
-    monkeypatch.setattr(admission, "_simulate_round", noting_the_pending)
-    admission.settle(cluster, at(seconds=1))
-    assert Pod.objects.filter(cluster=cluster, node__isnull=False).count() == 100
-    return rounds
-
-
-def test_a_deep_queue_is_admitted_before_its_pods_are_bound(cluster, monkeypatch):
-    """Kueue admits while kube-scheduler binds: after the first round of the simulated cluster
-    at an instant, its rounds (which bind pods) wait while windows of heads fill up, so the
-    last workload's admission does not wait behind the binding of the first ones' pods."""
-    rounds = _simulated_rounds(cluster, monkeypatch, QUEUES)
-
-    # The first round right after the first window, as at every instant; the next once the
-    # queue is admitted.
-    assert rounds[:2] == [(True, 84), (False, 0)]
-
-
-def test_topology_aware_placement_sees_the_pods_bound_after_each_window(cluster, monkeypatch):
-    """TAS places pods around the nodes other pods are bound to: a round after each window."""
-    flavor = "metadata: {name: default}\n"
-    tas_flavor = (
-        "metadata: {name: default}\n"
-        "spec: {nodeLabels: {cloud.google.com/gke-nodepool: cpupool}, topologyName: hosts}\n"
-    )
-    queues = TOPOLOGY + "---\n" + QUEUES.replace(flavor, tas_flavor, 1)
-
-    rounds = _simulated_rounds(cluster, monkeypatch, queues)
-
-    assert rounds[:3] == [(True, 84), (False, 20), (False, 0)]
+    # Each round reads every workload holding quota again: the first window of 16 heads fills
+    # up, the next takes the rest of the queue (growing fourfold took 16, 64 and 256 heads).
+    assert windows == [16, 16 * admission.WINDOW_GROWTH]
 
 
 def test_a_back_off_ending_at_the_instant_counts_before_a_deep_queue_takes_the_quota(cluster):
-    """The simulated cluster's first round at an instant ends back-offs (and stops evicted
-    workloads, finishes jobs): it comes before the second window, so a workload whose
-    back-off ends now keeps its place at the head of the queue."""
+    """The simulated cluster's round after the first window ends back-offs (and stops evicted
+    workloads, finishes jobs) before the next window: a workload whose back-off ends now
+    keeps its place at the head of the queue."""
     services.apply(
         cluster, QUEUES.replace("nominalQuota: 1000", "nominalQuota: 40"), source="q", now=at()
     )
