@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
 import time
 
@@ -18,7 +19,18 @@ import pytest
 from benchmarks.embedded_soak import Clicker, EmbeddedStack, Tally, click_for
 
 LOAD_SECONDS = float(os.environ.get("ACCELPLANE_EMBEDDED_LOAD_SECONDS", "100"))
-PORT = int(os.environ.get("ACCELPLANE_EMBEDDED_TEST_PORT", "8143"))
+
+
+def _spare_port() -> int:
+    """A port nothing listens on now: two runs of the suite on one machine (a CI run beside a
+    developer's) each click through their own stack, not one another's."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+PORT = int(os.environ.get("ACCELPLANE_EMBEDDED_TEST_PORT") or _spare_port())
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("DATABASE_URL")), reason="the embedded stack runs on SQLite alone"
