@@ -99,10 +99,9 @@ class _ClusterWorkloads:
         changes of a busy cluster are these: only the row and its queue entry change."""
         if (cached := self.rows.get(pk)) is None:
             return False
-        row, active, requeue_at = cached
-        if row[_PARKED] == parked:
+        if cached[0][_PARKED] == parked:
             return True
-        changed = ((*row[:_PARKED], parked, *row[_PARKED + 1 :]), active, requeue_at)
+        changed = _with_parked(cached, parked)
         self.rows[pk] = changed
         if parked:
             self.parked.add(pk)
@@ -120,9 +119,7 @@ class _ClusterWorkloads:
         each queue is sorted once rather than inserted into once per workload."""
         requeued = set()
         for pk in self.parked:
-            row, active, requeue_at = self.rows[pk]
-            cached = ((*row[:_PARKED], False, *row[_PARKED + 1 :]), active, requeue_at)
-            self.rows[pk] = cached
+            cached = self.rows[pk] = _with_parked(self.rows[pk], False)
             if _waits(cached):
                 key, entry = _entry(cached[0])
                 self.queues.setdefault(key, []).append(entry)
@@ -186,6 +183,11 @@ def _entry(row: WorkloadRow) -> tuple[_QueueKey, _Entry]:
     """The row's LocalQueue and its entry there."""
     pk, namespace, name, queue, priority, queued_at = row[:6]
     return (namespace, queue), ((not row[10], -priority, queued_at, name), pk)  # 10: preempting
+
+
+def _with_parked(cached: _CachedRow, parked: bool) -> _CachedRow:
+    row, active, requeue_at = cached
+    return (*row[:_PARKED], parked, *row[_PARKED + 1 :]), active, requeue_at
 
 
 def _waits(cached: _CachedRow) -> bool:
