@@ -166,11 +166,16 @@ else:
             # Writers queue behind the database lock instead of failing at once. WAL: readers
             # (the web process) never wait on the writer (the worker), and a commit appends to
             # the log instead of syncing the database file (synchronous=NORMAL is safe in WAL:
-            # a crash may lose the last commits, never corrupt the file).
+            # a crash may lose the last commits, never corrupt the file). The log is copied
+            # into the file (and both synced) every 10,000 pages, not SQLite's 1,000: at 1,000,
+            # checkpoints took two thirds of the commits' time in Kueue's baseline suite.
             "OPTIONS": {
                 "timeout": 20,
                 "transaction_mode": "IMMEDIATE",
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "init_command": (
+                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                    "PRAGMA wal_autocheckpoint=10000;"
+                ),
             },
         }
     }

@@ -47,15 +47,17 @@ def counted(cluster_id: int) -> int:
     """Under the admission lock, at the start of a run: the cluster's count of releases, with
     those noted since the last run (committed by now, each consumed once: one committed later
     counts at the next run)."""
-    table = connection.ops.quote_name(CapacityRelease._meta.db_table)
+    noted = connection.ops.quote_name(CapacityRelease._meta.db_table)
+    log = connection.ops.quote_name(WorkloadChangeLog._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {table} WHERE cluster_id = %s", [cluster_id])  # noqa: S608
-        if not cursor.rowcount:
-            return releases(cluster_id)
-        table = connection.ops.quote_name(WorkloadChangeLog._meta.db_table)
+        cursor.execute(f"DELETE FROM {noted} WHERE cluster_id = %s", [cluster_id])  # noqa: S608
+        if not cursor.rowcount:  # the count as it stands: a release noted since counts next run
+            cursor.execute(f"SELECT releases FROM {log} WHERE cluster_id = %s", [cluster_id])  # noqa: S608
+            found = cursor.fetchone()
+            return found[0] if found is not None else 0
         cursor.execute(
             # One requeue of the parked workloads is as good as several.
-            f"UPDATE {table} SET releases = releases + 1 "  # noqa: S608
+            f"UPDATE {log} SET releases = releases + 1 "  # noqa: S608
             "WHERE cluster_id = %s RETURNING releases",
             [cluster_id],
         )

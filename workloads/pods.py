@@ -149,7 +149,7 @@ def _flavor_specs(rows: Sequence[Workload]) -> dict[str, dict[str, Any]]:
     if not names:
         return {}
     flavors = ResourceFlavor.objects.filter(cluster_id=rows[0].cluster_id, name__in=names)
-    return {f.name: f.spec for f in flavors}
+    return dict(flavors.values_list("name", "spec"))
 
 
 STARTED_POD_FIELDS = [

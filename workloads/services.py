@@ -16,6 +16,7 @@ from django.db.models import Value
 from kubernetes import client
 
 from clusters.models import Cluster
+from controlplane import bulk
 from events.audit import record_audit
 from events.services import deferred_events, record_event
 from workloads import admission, live, manifests, pods, runtime, slicing, tasks
@@ -320,7 +321,7 @@ class _NewObjects:
             return
         now = self.now
         # Primary keys come back (RETURNING): workload and pod names hash them.
-        KubeObject.objects.bulk_create([new.obj for new in pending])
+        bulk.create([new.obj for new in pending])
         rows: list[list[Workload]] = []
         for new in pending:
             if new.shape is None or new.priority is None:
@@ -328,7 +329,7 @@ class _NewObjects:
                 continue
             replicas = range(new.shape.replicas)
             rows.append(_workload_rows(new.obj, new.shape, replicas, now, *new.priority))
-        Workload.objects.bulk_create([row for object_rows in rows for row in object_rows])
+        bulk.create([row for object_rows in rows for row in object_rows])
         for new, object_rows in zip(pending, rows, strict=True):
             obj, shape = new.obj, new.shape
             object_event("object.created", obj, now, message=f"{obj.key} created")
@@ -632,7 +633,8 @@ def _create_workloads(
     priority, priority_class = _priority(lookups, doc, shape)
     rows = _workload_rows(obj, shape, replicas, now, priority, priority_class)
     # One INSERT for every replica's workload (a Deployment's pod each, an LWS's group each).
-    _workloads_created(obj, shape, Workload.objects.bulk_create(rows), now)
+    bulk.create(rows)
+    _workloads_created(obj, shape, rows, now)
 
 
 def _pod_sets(shape: WorkloadShape) -> list[dict[str, Any]]:

@@ -90,6 +90,38 @@ def test_inserted_rows_return_their_primary_keys_in_order_across_statements(
     assert [Pod.objects.get(pk=pk).name for pk in pks] == [f"pod-{i}" for i in range(REPLICAS)]
 
 
+def test_created_instances_get_their_keys_and_read_back_as_bulk_create_stores_them(workloads):
+    owner = workloads[0].owner
+
+    def pods(prefix):
+        return [
+            Pod(
+                cluster_id=owner.cluster_id,
+                owner=owner,
+                workload=row,
+                name=f"{prefix}-{i}",
+                namespace=NAMESPACE,
+                scheduling={"requests": {"cpu": 1000 * i}, "node_selector": {"pool": "a"}},
+                created_at=at(i),
+            )
+            for i, row in enumerate(workloads)
+        ]
+
+    made, expected = pods("made"), pods("expected")
+    Pod.objects.bulk_create(expected)
+
+    bulk.create(made)
+
+    assert all(not p._state.adding for p in made)
+    assert len({p.pk for p in made} - {None}) == REPLICAS
+    stored = Pod.objects.in_bulk([p.pk for p in made + expected])
+    assert [stored[p.pk].name for p in made] == [f"made-{i}" for i in range(REPLICAS)]
+    fields = [f.attname for f in Pod._meta.concrete_fields if f.attname not in ("id", "name")]
+    assert [[getattr(stored[p.pk], f) for f in fields] for p in made] == [
+        [getattr(stored[p.pk], f) for f in fields] for p in expected
+    ]
+
+
 # COPY's text format escapes backslashes, tabs, newlines, carriage returns and spells NULL \N.
 TEXTS = ["tab\there", "line\nbreak\r", "back\\slash \\N", "NULL", "", 'it\'s "quoted" {a,b}']
 JSONS = [
