@@ -31,12 +31,11 @@ from functools import partial
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 
 from clusters.models import Cluster
-from controlplane import bulk
 from workloads.models import CapacityRelease, Workload, WorkloadChange, WorkloadChangeLog
-from workloads.snapshot import WorkloadRow, query_active_rows, read_rows
+from workloads.snapshot import WorkloadRow, query_active_rows, read_rows, read_rows_by_pk
 
 # A row as `read_rows` returns it, then whether it is active and when its back-off ends.
 _CachedRow = tuple[WorkloadRow, bool, datetime | None]
@@ -243,7 +242,7 @@ def _apply(cached: _ClusterWorkloads, changes: list[_Change]) -> None:
     releases = cached.releases
     changed += [pk for pk, value in parked.items() if not cached.park(pk, value >= releases)]
     if changed:
-        fresh = _read(Workload.objects.filter(pk__in=bulk.key_set(changed)), releases)
+        fresh = _cached(read_rows_by_pk(changed, releases, "active", "requeue_at"))
         for pk in changed:
             cached.forget(pk)
         for row in fresh:
@@ -255,7 +254,9 @@ def _reload(cluster_id: int, token: str, batch: int, releases: int) -> _ClusterW
     _number_changes(cluster_id, batch)
     cached = _ClusterWorkloads(token, batch, releases)
     rows = Workload.objects.filter(Q(phase__in=Workload.HOLDING_QUOTA) | PENDING)
-    for row in _read(rows.filter(cluster_id=cluster_id), releases):
+    for row in _cached(
+        read_rows(rows.filter(cluster_id=cluster_id), releases, "active", "requeue_at")
+    ):
         cached.put(row)
     _clusters[cluster_id] = cached
     return cached
@@ -326,11 +327,9 @@ def _prune(cluster_id: int, through: int) -> None:
     WorkloadChangeLog.objects.filter(cluster_id=cluster_id).update(pruned=through)
 
 
-def _read(rows: QuerySet[Workload], releases: int) -> list[_CachedRow]:
-    return [
-        (tuple(row), active, requeue_at)
-        for *row, active, requeue_at in read_rows(rows, releases, "active", "requeue_at")
-    ]
+def _cached(rows: list[WorkloadRow]) -> list[_CachedRow]:
+    """Rows read with "active" and "requeue_at" last, as the cache keeps them."""
+    return [(tuple(row), active, requeue_at) for *row, active, requeue_at in rows]
 
 
 def _drift(rows: list[WorkloadRow], expected: list[WorkloadRow]) -> str:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, F, Field, Max, Min, Q, QuerySet, TextField
+from django.db.models import Count, F, Max, Min, Q, QuerySet, TextField
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
@@ -29,7 +29,7 @@ from workloads import checkpoints, live, parking, pods, slicing
 from workloads.history import admitted_events, workload_event, workload_event_row
 from workloads.manifests.configuration import default_configuration
 from workloads.models import Configuration, KubeObject, Pod, Slice, Workload
-from workloads.snapshot import affinity, cluster_nodes, configuration, toleration
+from workloads.snapshot import affinity, cluster_nodes, configuration, from_db, toleration
 
 TRAINING_KINDS = ("Job", "JobSet")
 CATCH_UP_CHECKPOINTS = 10
@@ -171,11 +171,11 @@ def _due(cluster: Cluster, now: datetime) -> _Due:
             [param for _, params in exists + values for param in params],
         )
         *found, spec, first_admitted, first_not_ready = cursor.fetchone()
-    spec = _from_db(Configuration._meta.get_field("spec"), spec)
+    spec = from_db(Configuration._meta.get_field("spec"), spec)
     wait = (spec if spec is not None else default_configuration())["wait_for_pods_ready"]
     # The earliest starts against their deadlines: whether `_pods_ready_overdue` finds any.
-    first_admitted = _from_db(Workload._meta.get_field("admitted_at"), first_admitted)
-    first_not_ready = _from_db(Workload._meta.get_field("pods_ready_changed_at"), first_not_ready)
+    first_admitted = from_db(Workload._meta.get_field("admitted_at"), first_admitted)
+    first_not_ready = from_db(Workload._meta.get_field("pods_ready_changed_at"), first_not_ready)
     timeout, recovery = wait["timeout"], wait["recovery_timeout"]
     overdue = wait["enable"] and (
         (first_admitted is not None and first_admitted <= now - timedelta(seconds=timeout))
@@ -186,15 +186,6 @@ def _due(cluster: Cluster, now: datetime) -> _Due:
         )
     )
     return _Due(wait, overdue, *(bool(flag) for flag in found))
-
-
-def _from_db(field: Field[Any, Any], value: Any) -> Any:
-    """A value of `field`'s column from a raw query, as the ORM reads it (SQLite returns dates
-    as text; every backend returns JSON as text)."""
-    column = field.cached_col
-    for convert in connection.ops.get_db_converters(column) + field.get_db_converters(connection):
-        value = convert(value, column, connection)
-    return value
 
 
 def _sim(row: Workload) -> dict[str, Any]:

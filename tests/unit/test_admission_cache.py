@@ -123,7 +123,7 @@ def test_workers_taking_turns_read_each_others_batches_not_everything(gpu_queues
     assert not decisions.admitted  # it knows `small` holds the quota now
     reads = _workload_reads(queries)
     assert len(reads) == 1, reads
-    assert '"workloads_workload"."id" IN' in reads[0]
+    assert "WHERE id IN (SELECT value FROM" in reads[0]  # by key, not the cluster's all
     assert _same_as_the_database(gpu_queues)
 
 
@@ -277,14 +277,14 @@ def test_a_run_that_fails_half_way_is_not_trusted(gpu_queues, monkeypatch):
     admission.admit_pending(gpu_queues, at(seconds=1))
     admission.admit_pending(gpu_queues, at(seconds=2))
 
-    def cancelled(rows, releases):
+    def cancelled(pks, releases, *extra):
         raise OperationalError("canceling statement due to statement timeout")
 
     def failing_run():
         with transaction.atomic():
             runtime.unpark(gpu_queues)  # `small` back in its queue, in memory
             Workload.objects.filter(pk=big.pk).update(priority=big.priority + 1)  # to read
-            monkeypatch.setattr(admission_cache, "_read", cancelled)
+            monkeypatch.setattr(admission_cache, "read_rows_by_pk", cancelled)
             admission.admit_pending(gpu_queues, at(seconds=3))
 
     with pytest.raises(OperationalError):

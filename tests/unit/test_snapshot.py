@@ -93,3 +93,24 @@ def test_conversions_are_reused_and_kept_only_for_the_last_run(gpu_queues):
     LocalQueue.objects.filter(cluster=gpu_queues).update(cluster_queue_name="elsewhere")
     (moved,) = snapshot.load(gpu_queues).snapshot.workloads
     assert (moved.priority, moved.cluster_queue) == (7, "elsewhere")
+
+
+def test_rows_read_by_key_in_sql_are_the_rows_the_orm_reads(gpu_queues):
+    """The admission cache reads changed rows in SQL (`read_rows_by_pk`): the same values of
+    the same types as `read_rows`, datetimes aware, `parked` at the count it is given."""
+    text = "---\n".join([deployment(replicas=3), job(pods=2)])
+    services.apply(gpu_queues, text, source="w.yaml", now=at(), namespace=NAMESPACE)
+    rows = list(Workload.objects.order_by("pk"))
+    Workload.objects.filter(pk=rows[0].pk).update(parked_release=4, requeue_at=at(minutes=3))
+    Workload.objects.filter(pk=rows[1].pk).update(parked_release=2)
+    pks = [row.pk for row in rows]
+    assert any(row.quota_reserved_at for row in Workload.objects.all())  # admitted: times too
+
+    for releases in (2, 3, 5):
+        by_orm = snapshot.read_rows(Workload.objects.filter(pk__in=pks), releases, "requeue_at")
+        by_sql = snapshot.read_rows_by_pk(pks, releases, "requeue_at")
+
+        assert by_sql == by_orm
+        assert [list(map(type, row)) for row in by_sql] == [list(map(type, r)) for r in by_orm]
+        assert [row[11] for row in by_sql] == [releases <= 4, releases <= 2] + [False] * 2
+        assert all(row[5].utcoffset() is not None for row in by_sql)  # queued_at, aware
