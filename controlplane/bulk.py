@@ -3,8 +3,8 @@
 Django's `bulk_update` builds a CASE expression per field, which both databases evaluate slowly
 on JSON columns: `update_rows` joins the new values in with `UPDATE ... FROM (VALUES ...)`
 (PostgreSQL, SQLite >= 3.33) instead. `bulk_create` builds a model instance per row and
-compiles each value through the ORM: `insert_rows` binds the values straight away.
-Neither sends signals nor calls `save()` or `pre_save()`.
+compiles each value through the ORM: `insert_rows` binds the values straight away, and `create`
+inserts instances so. None sends signals or calls `save()`; only `create` calls `pre_save()`.
 
 On PostgreSQL the rows go as one array per column, `unnest`ed (as `bulk_create` does since
 Django 5.2): a statement has a parameter per column rather than per value, which psycopg
@@ -88,9 +88,10 @@ def insert_rows_returning_pks(
 
 
 def create(objs: Sequence[Model]) -> None:
-    """`bulk_create` of new instances of one model, their values bound as `insert_rows` binds
-    them: each gets its primary key and is marked saved, as `bulk_create` marks it. Compiling
-    each value through the ORM took most of an apply's inserts."""
+    """`bulk_create` of new instances of one model with an automatic primary key (any key
+    they hold is replaced), their values bound as `insert_rows` binds them: each gets its
+    primary key and is marked saved, as `bulk_create` marks it. Compiling each value through
+    the ORM took most of an apply's inserts."""
     if not objs:
         return
     model = type(objs[0])

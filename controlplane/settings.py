@@ -168,7 +168,8 @@ else:
             # the log instead of syncing the database file (synchronous=NORMAL is safe in WAL:
             # a crash may lose the last commits, never corrupt the file). The log is copied
             # into the file (and both synced) every 10,000 pages, not SQLite's 1,000: at 1,000,
-            # checkpoints took two thirds of the commits' time in Kueue's baseline suite.
+            # checkpoints took two thirds of the commits' time in Kueue's baseline suite. The
+            # log file then stays at most about 40 MB.
             "OPTIONS": {
                 "timeout": 20,
                 "transaction_mode": "IMMEDIATE",

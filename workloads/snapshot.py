@@ -361,9 +361,9 @@ def read_rows(rows: QuerySet[Workload], releases: int, *extra: str) -> list[Work
 
 
 def read_rows_by_pk(pks: Collection[int], releases: int, *extra: str) -> list[WorkloadRow]:
-    """`read_rows` of the workloads `pks`, in SQL: the admission cache reads the rows changed
-    since its last run at every run, and the ORM took a millisecond to build that query, ten
-    times what the database took to answer it."""
+    """`read_rows` of the workloads `pks` (`extra`: their own fields only), in SQL: the
+    admission cache reads the rows changed since its last run at every run, and the ORM took
+    a millisecond to build that query, ten times what the database took to answer it."""
     keys, param = bulk.key_table(pks, "bigint")
     quote = connection.ops.quote_name
     columns = [*_WORKLOAD_COLUMNS, *extra]
