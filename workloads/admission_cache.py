@@ -35,7 +35,13 @@ from django.db.models import Q
 
 from clusters.models import Cluster
 from workloads.models import CapacityRelease, Workload, WorkloadChange, WorkloadChangeLog
-from workloads.snapshot import WorkloadRow, query_active_rows, read_rows, read_rows_by_pk
+from workloads.snapshot import (
+    PARKED,
+    WorkloadRow,
+    query_active_rows,
+    read_rows,
+    read_rows_by_pk,
+)
 
 # A row as `read_rows` returns it, then whether it is active and when its back-off ends.
 _CachedRow = tuple[WorkloadRow, bool, datetime | None]
@@ -47,7 +53,6 @@ _Entry = tuple[tuple[bool, int, datetime, str], int]
 # changed.
 _Change = tuple[int, int, int | None]
 
-_PARKED = 11  # `parked` in a WorkloadRow (snapshot._WORKLOAD_COLUMNS)
 PENDING = Q(phase=Workload.Phase.PENDING)
 # Every PRUNE_EVERY batches, those older than the last KEEP_BATCHES are deleted: a worker that
 # sat out that many runs of a cluster reads it in full. The log holds at most their sum.
@@ -89,7 +94,7 @@ class _ClusterWorkloads:
             return
         elif _waits(cached):
             self._enqueue(row)
-        if row[_PARKED]:
+        if row[PARKED]:
             self.parked.add(pk)
         self.rows[pk] = cached
 
@@ -98,7 +103,7 @@ class _ClusterWorkloads:
         changes of a busy cluster are these: only the row and its queue entry change."""
         if (cached := self.rows.get(pk)) is None:
             return False
-        if cached[0][_PARKED] == parked:
+        if cached[0][PARKED] == parked:
             return True
         changed = _with_parked(cached, parked)
         self.rows[pk] = changed
@@ -186,13 +191,13 @@ def _entry(row: WorkloadRow) -> tuple[_QueueKey, _Entry]:
 
 def _with_parked(cached: _CachedRow, parked: bool) -> _CachedRow:
     row, active, requeue_at = cached
-    return (*row[:_PARKED], parked, *row[_PARKED + 1 :]), active, requeue_at
+    return (*row[:PARKED], parked, *row[PARKED + 1 :]), active, requeue_at
 
 
 def _waits(cached: _CachedRow) -> bool:
     """In its LocalQueue: pending, active, not parked, and out of any back-off."""
     row, active, requeue_at = cached
-    return row[12] == Workload.Phase.PENDING and active and not row[_PARKED] and requeue_at is None
+    return row[12] == Workload.Phase.PENDING and active and not row[PARKED] and requeue_at is None
 
 
 _clusters: dict[int, _ClusterWorkloads] = {}

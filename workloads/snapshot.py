@@ -347,6 +347,8 @@ window fills up."""
 
 WorkloadRow = tuple[Any, ...]
 """A workload as `read_rows` reads it: the values of `_WORKLOAD_COLUMNS`."""
+PARKED = _WORKLOAD_COLUMNS.index("parked")
+"""Where a `WorkloadRow` holds `parked`."""
 
 
 def read_rows(rows: QuerySet[Workload], releases: int, *extra: str) -> list[WorkloadRow]:
@@ -380,7 +382,7 @@ def read_rows_by_pk(pks: Collection[int], releases: int, *extra: str) -> list[Wo
     rows = []
     for values in found:
         row = list(values)
-        row[_PARKED] = row[_PARKED] is not None and row[_PARKED] >= releases
+        row[PARKED] = row[PARKED] is not None and row[PARKED] >= releases
         for i, field in times:
             if row[i] is not None:
                 row[i] = from_db(field, row[i])
@@ -405,7 +407,6 @@ _SQL = {
     "admission_text": "CAST(admission AS text)",
     "parked": "parked_release",
 }
-_PARKED = _WORKLOAD_COLUMNS.index("parked")
 _DATETIMES = {f.name: f for f in Workload._meta.concrete_fields if isinstance(f, DateTimeField)}
 
 
