@@ -105,6 +105,33 @@ def create(objs: Sequence[Model]) -> None:
         obj._state.adding, obj._state.db = False, alias
 
 
+def update_keys(model: type[Model], key: str, keys: Collection[int], **values: Any) -> int:
+    """`model.objects.filter(<key>__in=keys).update(**values)` for plain values (no
+    expressions), integer keys: the statement is written here, the values prepared by their
+    fields and the keys bound as one parameter (`key_table`). The ORM took a millisecond to
+    build such an UPDATE, twenty times what the database took to run it. Returns how many rows
+    were updated."""
+    if not keys:
+        return 0
+    db = connections[DEFAULT_DB_ALIAS]
+    quote = db.ops.quote_name
+    columns = [_column(model, name) for name in values]
+    assignments = ", ".join(f"{quote(_name(field))} = %s" for field in columns)
+    params = [
+        _ready(field.get_db_prep_save(value, db), None)
+        for field, value in zip(columns, values.values(), strict=True)
+    ]
+    table, keys_param = key_table(keys, "bigint")
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(model._meta.db_table)} SET {assignments} "  # noqa: S608 (quoted)
+            f"WHERE {quote(_name(_column(model, key)))} IN (SELECT value FROM {table})",
+            [*params, keys_param],
+        )
+        changed: int = cursor.rowcount
+    return changed
+
+
 def key_set(keys: Collection[int]) -> RawSQL:
     """`field__in=key_set(keys)`: integer keys as one parameter. A plain list of thousands
     costs more to compile than to query: Django prepares each key, and psycopg composes a

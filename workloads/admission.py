@@ -223,7 +223,7 @@ class _Writer:
                 )
             updates.append((row.pk, *_admit_values(row)))
         bulk.update_rows(Workload, "pk", ADMIT_FIELDS, updates)
-        pods.start(admitted, self.now)
+        pods.start(admitted, self.now, self.snap.flavor_specs)
 
     def _converted(self, admission: scheduler.Admission) -> tuple[dict[str, Any], str]:
         """The admission's JSON and flavor text. A deep queue's admissions are mostly alike:
@@ -236,7 +236,7 @@ class _Writer:
     def _preempt(self, preemptions: Sequence[scheduler.Preempt], rows: dict[str, Workload]) -> None:
         # The scheduler never names a victim twice in one run.
         preemptors = [rows[p.preemptor].pk for p in preemptions]
-        Workload.objects.filter(pk__in=preemptors).update(preempting=True)
+        bulk.update_keys(Workload, "pk", preemptors, preempting=True)
         by_reason: dict[str, list[int]] = {}
         owners: Counter[int] = Counter()
         for preempt in preemptions:
@@ -279,12 +279,11 @@ class _Writer:
         for pk in parking_only:
             by_count.setdefault(releases if changes[pk][2] else None, []).append(pk)
         for count, pks in by_count.items():
-            Workload.objects.filter(pk__in=bulk.key_set(pks)).update(parked_release=count)
+            bulk.update_keys(Workload, "pk", pks, parked_release=count)
         waiting = scheduler.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
         # Its victims (perhaps another entry's) are stopping: it keeps the queue head.
         preempting = [pk for pk, (reason, _, _) in changes.items() if reason == waiting]
-        if preempting:
-            Workload.objects.filter(pk__in=preempting).update(preempting=True)
+        bulk.update_keys(Workload, "pk", preempting, preempting=True)
 
 
 def _admission_key(admission: scheduler.Admission) -> Hashable:

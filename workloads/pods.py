@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -144,10 +145,14 @@ def _scale_down_rank(pods: Sequence[Pod]) -> tuple[int, float]:
     return rank, -max(p.bound_at or p.created_at for p in pods).timestamp()
 
 
-def _flavor_specs(rows: Sequence[Workload]) -> dict[str, dict[str, Any]]:
+def _flavor_specs(
+    rows: Sequence[Workload], known: Mapping[str, str] | None
+) -> dict[str, dict[str, Any]]:
     names = {f for row in rows for p in row.assignments for f in p["flavors"].values()}
     if not names:
         return {}
+    if known is not None:
+        return {name: json.loads(known[name]) for name in names if name in known}
     flavors = ResourceFlavor.objects.filter(cluster_id=rows[0].cluster_id, name__in=names)
     return dict(flavors.values_list("name", "spec"))
 
@@ -166,9 +171,14 @@ STARTED_POD_FIELDS = [
 ]
 
 
-def start(rows: Sequence[Workload], now: datetime) -> None:
-    """Admitted: ungate each pod (Deployment) or unsuspend each job (create its pods)."""
-    specs = _flavor_specs(rows)
+def start(
+    rows: Sequence[Workload], now: datetime, flavor_specs: Mapping[str, str] | None = None
+) -> None:
+    """Admitted: ungate each pod (Deployment) or unsuspend each job (create its pods).
+
+    `flavor_specs`: the cluster's ResourceFlavor specs as JSON text by name, when the caller
+    has read them (an admission run's snapshot); else they are read."""
+    specs = _flavor_specs(rows, flavor_specs)
     # Rows of one shape may share their pod sets (`ClusterSnapshot.fetch_to_write`): their
     # pods then share one spec, encoded once (`bulk`). By identity: `rows` holds each pod set.
     shared: dict[tuple[int, tuple[str, ...]], dict[str, Any]] = {}

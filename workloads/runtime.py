@@ -266,9 +266,7 @@ def _track_pods_ready(cluster: Cluster, now: datetime) -> bool:
         if all_ready != ready:
             flipped[all_ready].append(pk)
     for all_ready, pks in flipped.items():
-        Workload.objects.filter(pk__in=bulk.key_set(pks)).update(
-            pods_ready=all_ready, pods_ready_changed_at=now
-        )
+        bulk.update_keys(Workload, "pk", pks, pods_ready=all_ready, pods_ready_changed_at=now)
     return bool(flipped)
 
 
@@ -348,8 +346,13 @@ def _end_backoff(cluster: Cluster, now: datetime) -> bool:
             cluster=cluster, phase=Workload.Phase.PENDING, evicting=False, requeue_at__lte=now
         )
     )
-    Workload.objects.filter(pk__in=[row.pk for row in rows]).update(
-        requeue_at=None, pending_reason="", pending_message=""
+    bulk.update_keys(
+        Workload,
+        "pk",
+        [row.pk for row in rows],
+        requeue_at=None,
+        pending_reason="",
+        pending_message="",
     )
     for row in rows:
         _requeued(row, now)
@@ -643,8 +646,8 @@ def finish(rows: Sequence[Workload], at: datetime, phase: str) -> None:
     ids = [row.pk for row in rows]
     live.touch(row.owner_id for row in rows)
     slicing.release(rows, at)
-    Workload.objects.filter(pk__in=ids).update(phase=phase, finished_at=at, evicting=False)
-    Pod.objects.filter(workload_id__in=ids).update(phase=pod_phase, node=None, ready=False)
+    bulk.update_keys(Workload, "pk", ids, phase=phase, finished_at=at, evicting=False)
+    bulk.update_keys(Pod, "workload", ids, phase=pod_phase, node=None, ready=False)
     record_events(
         [workload_event_row(kind, row, at, f"{row.owner.key} {phase.lower()}") for row in rows]
     )

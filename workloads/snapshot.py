@@ -58,6 +58,8 @@ class ClusterSnapshot:
     """Pending workloads of stopped or missing LocalQueues: never given to the scheduler."""
     releases: int
     """The cluster's count of capacity releases it was read at (workloads/parking.py)."""
+    flavor_specs: dict[str, str]
+    """The ResourceFlavors' specs as JSON text, by name (for `pods.start`)."""
 
     def fetch(self, keys: Iterable[str]) -> dict[str, Workload]:
         """The rows behind some scheduler keys, owners loaded, in one query."""
@@ -75,78 +77,9 @@ class ClusterSnapshot:
 
     def fetch_to_write(self, keys: Iterable[str]) -> dict[str, Workload]:
         """`fetch` for the admission writer, which reads a few fields of each of thousands of
-        rows: only those it reads before it sets them (those of its events and `pods.start`
-        too) are loaded, the others deferred (read from the database if ever used, a query
-        each), and the rows and owners are built without `Model.__init__` (`_as_loaded`),
-        which took longer than the query."""
+        rows: `rows_to_write`."""
         wanted = {self.ids[k]: k for k in keys}
-        if not wanted:
-            return {}
-        chosen, param = bulk.key_table(wanted, "bigint")
-        quote = connection.ops.quote_name
-        workloads, owners = quote(Workload._meta.db_table), quote(KubeObject._meta.db_table)
-        # In SQL, as `read_rows_by_pk`.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT w.id, w.owner_id, w.name, w.namespace, w.replica_index, w.priority, "  # noqa: S608
-                "w.admissions, w.admitted_at, CAST(w.pod_sets AS text), "
-                f"o.kind, o.namespace, o.name, o.generation FROM {workloads} w "
-                f"JOIN {owners} o ON o.id = w.owner_id WHERE w.id IN (SELECT value FROM {chosen})",
-                [param],
-            )
-            values = cursor.fetchall()
-        db, cluster = connection.alias, self.cluster
-        # Thousands of workloads share a handful of shapes: each distinct text is decoded once,
-        # and the rows of a shape share its `pod_sets` (read only: neither the writer nor
-        # `pods.start` changes it).
-        shapes: dict[str, Any] = {}
-        result = {}
-        for (
-            pk,
-            owner_id,
-            name,
-            namespace,
-            replica_index,
-            priority,
-            admissions,
-            admitted_at,
-            text,
-            kind,
-            owner_namespace,
-            owner_name,
-            generation,
-        ) in values:
-            pod_sets = shapes.get(text)
-            if pod_sets is None:
-                pod_sets = shapes[text] = json.loads(text)
-            owner = _as_loaded(
-                KubeObject,
-                db,
-                {_OWNER_CLUSTER: cluster},
-                id=owner_id,
-                cluster_id=cluster.pk,
-                kind=kind,
-                namespace=owner_namespace,
-                name=owner_name,
-                generation=generation,
-            )
-            row = _as_loaded(
-                Workload,
-                db,
-                {_CLUSTER: cluster, _OWNER: owner},
-                id=pk,
-                cluster_id=cluster.pk,
-                owner_id=owner_id,
-                name=name,
-                namespace=namespace,
-                replica_index=replica_index,
-                priority=priority,
-                admissions=admissions,
-                admitted_at=admitted_at and from_db(_ADMITTED_AT, admitted_at),
-                pod_sets=pod_sets,
-            )
-            result[wanted[pk]] = row
-        return result
+        return {wanted[pk]: row for pk, row in rows_to_write(self.cluster, wanted).items()}
 
     def pending_changes(
         self, pending: Iterable[s.Pending]
@@ -166,12 +99,91 @@ class ClusterSnapshot:
 
 
 _ADMITTED_AT = Workload._meta.get_field("admitted_at")
+_QUEUED_AT = Workload._meta.get_field("queued_at")
 # The related objects' cache names (`set_cached_value`'s keys).
 _CLUSTER = Workload._meta.get_field("cluster").cache_name
 _OWNER = Workload._meta.get_field("owner").cache_name
 _OWNER_CLUSTER = KubeObject._meta.get_field("cluster").cache_name
 
 M = TypeVar("M", bound=Model)
+
+
+def rows_to_write(cluster: Cluster, pks: Collection[int]) -> dict[int, Workload]:
+    """Workloads of `cluster` by primary key, owners loaded, for a writer that reads a few
+    fields of each of thousands (admission, a finish): only those it reads before it sets them
+    (those of its events and `pods.start` too) are loaded, the others deferred (read from the
+    database if ever used, a query each), and the rows and owners are built without
+    `Model.__init__` (`_as_loaded`), which took longer than the query."""
+    if not pks:
+        return {}
+    chosen, param = bulk.key_table(pks, "bigint")
+    quote = connection.ops.quote_name
+    workloads, owners = quote(Workload._meta.db_table), quote(KubeObject._meta.db_table)
+    # In SQL, as `read_rows_by_pk`.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT w.id, w.owner_id, w.name, w.namespace, w.replica_index, w.priority, "  # noqa: S608
+            "w.admissions, w.phase, w.queued_at, w.admitted_at, CAST(w.pod_sets AS text), "
+            f"o.kind, o.namespace, o.name, o.generation FROM {workloads} w "
+            f"JOIN {owners} o ON o.id = w.owner_id WHERE w.id IN (SELECT value FROM {chosen})",
+            [param],
+        )
+        values = cursor.fetchall()
+    db = connection.alias
+    # Thousands of workloads share a handful of shapes: each distinct text is decoded once,
+    # and the rows of a shape share its `pod_sets` (read only: neither the writer nor
+    # `pods.start` changes it).
+    shapes: dict[str, Any] = {}
+    result = {}
+    for (
+        pk,
+        owner_id,
+        name,
+        namespace,
+        replica_index,
+        priority,
+        admissions,
+        phase,
+        queued_at,
+        admitted_at,
+        text,
+        kind,
+        owner_namespace,
+        owner_name,
+        generation,
+    ) in values:
+        pod_sets = shapes.get(text)
+        if pod_sets is None:
+            pod_sets = shapes[text] = json.loads(text)
+        owner = _as_loaded(
+            KubeObject,
+            db,
+            {_OWNER_CLUSTER: cluster},
+            id=owner_id,
+            cluster_id=cluster.pk,
+            kind=kind,
+            namespace=owner_namespace,
+            name=owner_name,
+            generation=generation,
+        )
+        result[pk] = _as_loaded(
+            Workload,
+            db,
+            {_CLUSTER: cluster, _OWNER: owner},
+            id=pk,
+            cluster_id=cluster.pk,
+            owner_id=owner_id,
+            name=name,
+            namespace=namespace,
+            replica_index=replica_index,
+            priority=priority,
+            admissions=admissions,
+            phase=phase,
+            queued_at=from_db(_QUEUED_AT, queued_at),
+            admitted_at=admitted_at and from_db(_ADMITTED_AT, admitted_at),
+            pod_sets=pod_sets,
+        )
+    return result
 
 
 def _as_loaded(model: type[M], db: str, related: dict[str, Model], **fields: Any) -> M:
@@ -533,7 +545,8 @@ def load(
         name: _cohort(name, parent, spec)
         for name, parent, spec in _specs(Cohort, cluster, "parent_name")
     }
-    flavors = {name: _resource_flavor(name, spec) for name, spec in _specs(ResourceFlavor, cluster)}
+    flavor_specs: dict[str, str] = dict(_specs(ResourceFlavor, cluster))
+    flavors = {name: _resource_flavor(name, spec) for name, spec in flavor_specs.items()}
     cq_by_queue, stopped = {}, set()
     lq_usage, lq_weights = {}, {}
     for ns, name, cq, spec, consumed in _local_queues(cluster):
@@ -559,7 +572,7 @@ def load(
     )
     if any(f.topology_name for f in flavors.values()):
         snapshot = _with_topology(cluster, snapshot, _tas_workload_ids(workloads, ids))
-    return ClusterSnapshot(cluster, snapshot, ids, pending_state, held, releases)
+    return ClusterSnapshot(cluster, snapshot, ids, pending_state, held, releases, flavor_specs)
 
 
 def _specs(model: type[QueueObject], cluster: Cluster, *fields: str) -> list[tuple[Any, ...]]:

@@ -246,3 +246,39 @@ def test_a_key_set_selects_the_rows_of_its_keys(workloads, count):
     selected = Workload.objects.filter(pk__in=bulk.key_set(pks))
 
     assert sorted(selected.values_list("pk", flat=True)) == pks
+
+
+UPDATED = {
+    "phase": Workload.Phase.FINISHED,
+    "finished_at": at(minutes=3),
+    "admission": {"cluster_queue": "gpu-queue", "pod_sets": [{"name": "main", "count": 1}]},
+    "pending_message": 'it\'s "done"',
+    "parked_release": None,
+    "admissions": 7,
+    "evicting": True,
+}
+
+
+def test_rows_updated_by_key_read_back_as_the_orm_updates_them(workloads):
+    ours, orms, untouched = workloads[:2], workloads[2:4], workloads[4]
+
+    assert bulk.update_keys(Workload, "pk", [row.pk for row in ours], **UPDATED) == len(ours)
+    Workload.objects.filter(pk__in=[row.pk for row in orms]).update(**UPDATED)
+
+    stored = {row.pk: row for row in Workload.objects.all()}
+    fields = list(UPDATED)
+    expected = [[getattr(stored[row.pk], f) for f in fields] for row in orms]
+    assert [[getattr(stored[row.pk], f) for f in fields] for row in ours] == expected
+    assert expected[0] == list(UPDATED.values())
+    assert stored[untouched.pk].phase == untouched.phase
+
+
+def test_rows_updated_by_a_foreign_key_and_none_by_no_keys(workloads):
+    pods = Pod.objects.filter(workload=workloads[0])
+    pods.update(ready=True)
+
+    assert bulk.update_keys(Pod, "workload", [], ready=False) == 0
+    assert bulk.update_keys(Pod, "workload", [workloads[0].pk], node=None, ready=False) == 1
+
+    assert list(Pod.objects.filter(ready=True)) == []
+    assert Pod.objects.get(workload=workloads[0]).node_id is None
