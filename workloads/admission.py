@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -92,7 +92,14 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
 
 
 def _anything_pending(cluster: Cluster) -> bool:
-    return Workload.objects.filter(cluster=cluster, phase=Workload.Phase.PENDING).exists()
+    # In SQL: the ORM took longer to build this statement than the database to answer it.
+    table = connection.ops.quote_name(Workload._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {table} WHERE cluster_id = %s AND phase = %s LIMIT 1",  # noqa: S608
+            [cluster.pk, Workload.Phase.PENDING],
+        )
+        return cursor.fetchone() is not None
 
 
 def _simulate_round(cluster: Cluster, now: datetime, *, first: bool) -> bool:
