@@ -32,12 +32,14 @@ from typing import Any
 from django.conf import settings
 from django.db import connection as db_connection
 from django.db import transaction
+from django.db.models import QuerySet
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from clusters import live as cluster_live
 from clusters.catalog import GPU_RESOURCE, TPU_RESOURCE
 from clusters.models import Cluster
 from controlplane import bulk
+from controlplane.prepared import Keys, Param, Prepared
 from events.models import Event
 from events.services import new_event, record_events
 from workloads import checkpoints
@@ -92,22 +94,8 @@ def _held(resource: str) -> KeyTextTransform:
     return KeyTextTransform(resource, KeyTransform("requests", "pods__scheduling"))
 
 
-def _owners(
-    cluster: Cluster, owner_ids: Iterable[int] | None
-) -> dict[int, tuple[str, str, dict[str, Any]]]:
-    """The owners (all of the cluster's: None): key, namespace and pod counts, i.e. its
-    pods, those bound to a node, running (ready on a node, as the pages count them) and ready,
-    the GPUs and TPU chips its bound pods request; `workload` names its Kueue workload when its
-    pods have one only. One row per pod, added up here: for a round's few owners, building
-    the database's aggregates cost more than running them."""
-    if owner_ids is None:
-        owners = KubeObject.objects.filter(cluster=cluster, kind__in=WORKLOAD_KINDS)
-    else:
-        # By primary key alone, their pods by the owner index; the cluster and kind are checked
-        # below: with them in the query, SQLite would walk all of the cluster's owners of these
-        # kinds by the (cluster, kind, namespace, name) index.
-        owners = KubeObject.objects.filter(pk__in=bulk.key_set(set(owner_ids)))
-    rows = owners.order_by().values_list(
+def _owner_rows(owners: QuerySet[KubeObject]) -> QuerySet[KubeObject]:
+    return owners.order_by().values_list(
         "pk",
         "cluster_id",
         "kind",
@@ -120,6 +108,33 @@ def _owners(
         "pods__workload__name",
         *(_held(resource) for resource in HELD.values()),
     )
+
+
+# Built once (controlplane/prepared.py): every round of the simulated cluster reads its
+# changed owners.
+_ALL_OWNERS = Prepared(
+    lambda: _owner_rows(
+        KubeObject.objects.filter(cluster_id=Param("cluster"), kind__in=WORKLOAD_KINDS)
+    )
+)
+# By primary key alone, their pods by the owner index; the cluster and kind are checked by
+# `_owners`: with them in the query, SQLite would walk all of the cluster's owners of these
+# kinds by the (cluster, kind, namespace, name) index.
+_OWNERS = Prepared(lambda: _owner_rows(KubeObject.objects.filter(pk__in=Keys("owners"))))
+
+
+def _owners(
+    cluster: Cluster, owner_ids: Iterable[int] | None
+) -> dict[int, tuple[str, str, dict[str, Any]]]:
+    """The owners (all of the cluster's: None): key, namespace and pod counts, i.e. its
+    pods, those bound to a node, running (ready on a node, as the pages count them) and ready,
+    the GPUs and TPU chips its bound pods request; `workload` names its Kueue workload when its
+    pods have one only. One row per pod, added up here: for a round's few owners, building
+    the database's aggregates cost more than running them."""
+    if owner_ids is None:
+        rows = _ALL_OWNERS.rows(cluster=cluster.pk)
+    else:
+        rows = _OWNERS.rows(owners=set(owner_ids))
     found: dict[int, tuple[str, str, dict[str, Any]]] = {}
     workloads: dict[int, dict[int, str]] = defaultdict(dict)
     for pk, cluster_id, kind, ns, name, phase, node, ready, workload, workload_name, *held in rows:

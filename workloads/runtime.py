@@ -23,6 +23,7 @@ from django.db.models.functions import Cast
 import scheduler
 from clusters.models import Cluster, Node
 from controlplane import bulk
+from controlplane.prepared import Keys, Param, Prepared
 from events.services import record_events
 from scheduler.topology import HOSTNAME
 from workloads import checkpoints, live, parking, pods, slicing
@@ -384,6 +385,52 @@ def _promote_checked(cluster: Cluster, now: datetime) -> bool:
     return bool(rows) or created
 
 
+# The simulated cluster's reads at every round, built once (controlplane/prepared.py).
+# Tuples, not model instances (thousands a round), and the scheduling fields as text: a job's
+# pods mostly share theirs, decoded once (`_pods`).
+_UNBOUND = Prepared(
+    lambda: (
+        Pod.objects.filter(cluster_id=Param("cluster"), phase=Pod.Phase.PENDING, node__isnull=True)
+        .order_by("created_at", "name")
+        .values_list(
+            "pk", "name", "owner_id", Cast("scheduling", TextField()), "owner__simulation__startup"
+        )
+    )
+)
+
+
+def _usage(node_ids: Keys | None) -> QuerySet[Any, Any]:
+    # Unordered: sorting by name would make SQLite walk every pod the cluster ever had.
+    bound = Pod.objects.filter(
+        cluster_id=Param("cluster"), phase__in=live.HOLDING_NODE, node__isnull=False
+    ).order_by()
+    if node_ids is not None:
+        bound = bound.filter(node_id__in=node_ids)
+    # Counted per node and distinct requests, in the database: a node's pods mostly ask alike,
+    # so a few rows (and decodings) stand for thousands of pods.
+    return (
+        bound.values("node__name", requests=KT("scheduling__requests"))
+        .annotate(count=Count("pk"))
+        .values_list("node__name", "requests", "count")
+    )
+
+
+_USAGE = Prepared(lambda: _usage(None))
+_USAGE_ON_NODES = Prepared(lambda: _usage(Keys("nodes")))
+_BECOMING_READY = Prepared(
+    lambda: (
+        Pod.objects.filter(
+            cluster_id=Param("cluster"),
+            phase=Pod.Phase.PENDING,
+            node__isnull=False,
+            ready_at__lte=Param("now", Pod._meta.get_field("ready_at")),
+        )
+        .order_by()
+        .values_list("pk", "owner_id")
+    )
+)
+
+
 def _bind_pods(cluster: Cluster, now: datetime) -> bool:
     fleet = cluster_nodes(cluster.pk)
     nodes = [n for n in fleet.nodes if n.ready]
@@ -391,17 +438,7 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
         return False
     # Tuples, not model instances (thousands a round), and the scheduling fields as text: a
     # job's pods mostly share theirs, decoded once (`_pods`).
-    waiting = list(
-        Pod.objects.filter(cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=True)
-        .order_by("created_at", "name")
-        .values_list(
-            "pk",
-            "name",
-            "owner_id",
-            Cast("scheduling", TextField()),
-            "owner__simulation__startup",
-        )
-    )
+    waiting = _UNBOUND.rows(cluster=cluster.pk)
     if not waiting:
         return False
     # Keyed by primary key: names repeat across namespaces (a LeaderWorkerSet's pods are named
@@ -460,19 +497,10 @@ def _node_usage(
     cluster: Cluster, nodes: Sequence[scheduler.Node], ids: Mapping[str, int]
 ) -> dict[str, dict[str, int]]:
     """Node name -> what the pods bound to it take (`scheduler.node_charge`)."""
-    # Unordered: sorting by name would make SQLite walk every pod the cluster ever had.
-    bound = Pod.objects.filter(
-        cluster=cluster, phase__in=live.HOLDING_NODE, node__isnull=False
-    ).order_by()
     if len(nodes) < len(ids):
-        bound = bound.filter(node_id__in=[ids[n.name] for n in nodes])
-    # Counted per node and distinct requests, in the database: a node's pods mostly ask alike,
-    # so a few rows (and decodings) stand for thousands of pods.
-    alike = (
-        bound.values("node__name", requests=KT("scheduling__requests"))
-        .annotate(count=Count("pk"))
-        .values_list("node__name", "requests", "count")
-    )
+        alike = _USAGE_ON_NODES.rows(cluster=cluster.pk, nodes=[ids[n.name] for n in nodes])
+    else:
+        alike = _USAGE.rows(cluster=cluster.pk)
     used: dict[str, dict[str, int]] = defaultdict(dict)
     for name, text, count in alike:
         node_used = used[name]
@@ -530,14 +558,13 @@ def exclusive_owners(cluster: Cluster) -> dict[tuple[str, str], str]:
 
 
 def _ready_pods(cluster: Cluster, now: datetime) -> bool:
-    due = Pod.objects.filter(
-        cluster=cluster, phase=Pod.Phase.PENDING, node__isnull=False, ready_at__lte=now
-    ).order_by()
-    owners = set(due.values_list("owner_id", flat=True))
-    if not owners:
+    due = _BECOMING_READY.rows(cluster=cluster.pk, now=now)
+    if not due:
         return False
-    live.touch(owners)
-    return bool(due.update(phase=Pod.Phase.RUNNING, ready=True))
+    live.touch({owner_id for _, owner_id in due})
+    return bool(
+        bulk.update_keys(Pod, "pk", [pk for pk, _ in due], phase=Pod.Phase.RUNNING, ready=True)
+    )
 
 
 def _training_rows(cluster: Cluster, *, started: bool) -> list[Workload]:
