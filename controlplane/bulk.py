@@ -406,8 +406,14 @@ def _array_types(columns: Sequence[Field[Any, Any]]) -> list[str] | None:
 
 
 def _max_params() -> int:
-    if connection.vendor == "sqlite":
+    if connection.vendor != "sqlite":
+        return POSTGRESQL_MAX_PARAMS
+    global _sqlite_max_params
+    if _sqlite_max_params is None:
+        # The library's limit, the same for every connection: asked once.
         connection.ensure_connection()
-        limit: int = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        return limit
-    return POSTGRESQL_MAX_PARAMS
+        _sqlite_max_params = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    return _sqlite_max_params
+
+
+_sqlite_max_params: int | None = None

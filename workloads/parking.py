@@ -32,6 +32,7 @@ from django.db.models.expressions import Combinable
 from django.db.models.functions import Coalesce
 
 from clusters.models import Cluster
+from controlplane import bulk
 from workloads.locks import lock_admission
 from workloads.models import CapacityRelease, Workload, WorkloadChangeLog
 
@@ -39,8 +40,9 @@ from workloads.models import CapacityRelease, Workload, WorkloadChangeLog
 def release(cluster_id: int) -> None:
     """Capacity was released, in the caller's transaction: noted, for the next admission run
     to count. It takes no lock: waiting for a run's could deadlock with it, and holding the
-    lock to the commit would hold up every run behind the caller's other work."""
-    CapacityRelease.objects.create(cluster_id=cluster_id)
+    lock to the commit would hold up every run behind the caller's other work. Inserted as
+    rows are in bulk: the ORM took longer to build the statement than the database to run it."""
+    bulk.insert_rows(CapacityRelease, ["cluster_id"], [(cluster_id,)])
 
 
 def counted(cluster_id: int) -> int:
