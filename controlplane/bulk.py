@@ -34,7 +34,7 @@ from django.db.models import (
     SmallAutoField,
     TextField,
 )
-from django.db.models.expressions import RawSQL
+from django.db.models.expressions import Combinable, RawSQL
 from psycopg.adapt import PyFormat, Transformer
 from psycopg.types.json import Jsonb
 from psycopg.types.numeric import Int2, Int4, Int8
@@ -107,12 +107,13 @@ def create(objs: Sequence[Model]) -> None:
 
 def update_keys(model: type[Model], key: str, keys: Collection[int], **values: Any) -> int:
     """`model.objects.filter(<key>__in=keys).update(**values)` for plain values (no
-    expressions), integer keys: the statement is written here, the values prepared by their
-    fields and the keys bound as one parameter (`key_table`). The ORM took a millisecond to
-    build such an UPDATE, twenty times what the database took to run it. Returns how many rows
-    were updated."""
+    expressions; a foreign key's by its id or None), integer keys: the statement is written
+    here, the values prepared by their fields and the keys bound as one parameter
+    (`key_table`). The ORM took a millisecond to build such an UPDATE, twenty times what the
+    database took to run it. Returns how many rows were updated."""
     if not keys:
         return 0
+    assert not any(isinstance(v, (Model, Combinable)) for v in values.values()), values
     db = connections[DEFAULT_DB_ALIAS]
     quote = db.ops.quote_name
     columns = [_column(model, name) for name in values]
@@ -121,8 +122,8 @@ def update_keys(model: type[Model], key: str, keys: Collection[int], **values: A
         _ready(field.get_db_prep_save(value, db), None)
         for field, value in zip(columns, values.values(), strict=True)
     ]
-    table, keys_param = key_table(keys, "bigint")
-    with db.cursor() as cursor:
+    table, keys_param = key_table(keys, "bigint", db)
+    with transaction.mark_for_rollback_on_error(), db.cursor() as cursor:
         cursor.execute(
             f"UPDATE {quote(model._meta.db_table)} SET {assignments} "  # noqa: S608 (quoted)
             f"WHERE {quote(_name(_column(model, key)))} IN (SELECT value FROM {table})",
@@ -140,10 +141,13 @@ def key_set(keys: Collection[int]) -> RawSQL:
     return RawSQL(f"SELECT value FROM {table}", [param])
 
 
-def key_table(keys: Collection[int] | Collection[str], db_type: str) -> tuple[str, Any]:
+def key_table(
+    keys: Collection[int] | Collection[str], db_type: str, db: Any = connection
+) -> tuple[str, Any]:
     """A table `k` of one column, `value`, holding `keys` (of PostgreSQL type `db_type`), for
-    a FROM clause, and its one parameter: an array on PostgreSQL, a JSON array on SQLite."""
-    if connection.vendor == "postgresql":
+    a FROM clause, and its one parameter: an array on PostgreSQL, a JSON array on SQLite (by
+    the vendor of `db`, a connection)."""
+    if db.vendor == "postgresql":
         return f"unnest(%s::{db_type}[]) AS k (value)", list(keys)
     return "json_each(%s) AS k", json.dumps(list(keys))
 
@@ -410,7 +414,8 @@ def _max_params() -> int:
         return POSTGRESQL_MAX_PARAMS
     global _sqlite_max_params
     if _sqlite_max_params is None:
-        # The library's limit, the same for every connection: asked once.
+        # The library's compiled-in limit, which Django never lowers on a connection: asked
+        # once.
         connection.ensure_connection()
         _sqlite_max_params = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
     return _sqlite_max_params

@@ -1,11 +1,12 @@
-"""Queries the ORM builds once per process and runs again with new parameters.
+"""Queries the ORM builds once and runs again with new parameters.
 
 Building a statement took Django about a millisecond (filters resolved, joins set up, the SQL
 compiled), often ten times what the database took to answer it, and the simulated cluster and
 admission run the same few statements at every step. A `Prepared` query is a `values_list`
-queryset with `Param`s where its values change: the first run compiles it, as the ORM would,
-and every run binds its parameters to that SQL and converts the rows with the compiler's own
-converters (JSON decoded, SQLite's datetimes made aware), as iterating the queryset would.
+queryset with `Param`s where its values change: its first run on a connection compiles it, as
+the ORM would, and every run binds its parameters to that SQL and converts the rows with the
+compiler's own converters (JSON decoded, SQLite's datetimes made aware), as iterating the
+queryset would.
 
     _DUE = Prepared(
         lambda: Pod.objects.filter(cluster_id=Param("cluster"), ready_at__lte=Param("now", at))
@@ -14,22 +15,21 @@ converters (JSON decoded, SQLite's datetimes made aware), as iterating the query
     rows = _DUE.rows(cluster=cluster.pk, now=now)
 
 A parameter holds a plain value, prepared by the field it is given (a datetime for SQLite, say),
-or a set of integer keys (`Keys`, for `field__in=Keys("name")`), bound as one array or JSON
-parameter whatever their number (`bulk.key_table`). The statement is compiled per database
-connection (alias), so tests that switch databases get theirs.
+or a collection of keys (`Keys`, for `field__in=Keys("name")`), bound as one array or JSON
+parameter whatever their number (`bulk.key_table`). Django's connections are per thread, and
+so are the compiled statements: a compiler converts with the connection it was built for.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Field, QuerySet
+from django.db.models import BigIntegerField, Field, QuerySet, TextField
 from django.db.models.expressions import Expression
-from django.db.models.fields import BigIntegerField
 from django.db.models.query import FlatValuesListIterable, ValuesListIterable
 from django.db.models.sql.compiler import SQLCompiler
 
@@ -54,17 +54,19 @@ class Param(Expression):
 
 
 class Keys(Param):
-    """`field__in=Keys("name")`: a collection of integer keys, bound as one parameter."""
+    """`field__in=Keys("name")`: a collection of keys (integers; text with `text=True`),
+    bound as one parameter."""
 
-    def __init__(self, name: str):
-        super().__init__(name, BigIntegerField())
+    def __init__(self, name: str, *, text: bool = False):
+        super().__init__(name, TextField() if text else BigIntegerField())
+        self.db_type = "text" if text else "bigint"
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
-        table, _ = bulk.key_table((), "bigint")  # its SQL; the keys are bound at each run
+        table, _ = bulk.key_table((), self.db_type, connection)  # the keys are bound each run
         return f"(SELECT value FROM {table})", (self,)
 
-    def bind(self, value: Collection[int], connection: Any) -> Any:
-        return bulk.key_table(list(value), "bigint")[1]
+    def bind(self, value: Collection[Any], connection: Any) -> Any:
+        return bulk.key_table(value, self.db_type, connection)[1]
 
 
 @dataclass(frozen=True)
@@ -77,21 +79,17 @@ class _Compiled:
 
 
 class Prepared:
-    """A `values_list` queryset, built by `build`, compiled on first use."""
+    """A `values_list` queryset, built by `build`, compiled on first use on each connection."""
 
-    def __init__(self, build: Callable[[], QuerySet[Any]]):
+    def __init__(self, build: Callable[[], QuerySet[Any, Any]]):
         self.build = build
-        self._compiled: dict[str, _Compiled] = {}
-        self._lock = threading.Lock()
+        self._local = threading.local()
 
     def rows(self, using: str = DEFAULT_DB_ALIAS, **values: Any) -> list[Any]:
         """The rows the queryset would give with its parameters bound to `values`: tuples,
         or single values for `values_list(..., flat=True)`."""
-        return list(self._iter(using, values))
-
-    def _iter(self, using: str, values: dict[str, Any]) -> Iterator[Any]:
-        compiled = self._compile(using)
         connection = connections[using]
+        compiled = self._compiled(using, connection)
         params = [
             p.bind(values[p.name], connection) if isinstance(p, Param) else p
             for p in compiled.params
@@ -100,20 +98,20 @@ class Prepared:
             cursor.execute(compiled.sql, params)
             fetched = cursor.fetchall()
         rows = compiled.compiler.results_iter(results=[fetched], tuple_expected=True)
-        return (row[0] for row in rows) if compiled.flat else rows
+        return [row[0] for row in rows] if compiled.flat else list(rows)
 
-    def _compile(self, using: str) -> _Compiled:
-        compiled = self._compiled.get(using)
-        if compiled is not None:
+    def _compiled(self, using: str, connection: Any) -> _Compiled:
+        compiled: _Compiled | None = getattr(self._local, using, None)
+        if compiled is not None and compiled.compiler.connection is connection:
             return compiled
-        with self._lock:
-            queryset = self.build()
-            flat = queryset._iterable_class is FlatValuesListIterable
-            if not flat and queryset._iterable_class is not ValuesListIterable:
-                raise TypeError("a prepared query is a values_list() queryset")
-            compiler = queryset.query.get_compiler(using=using)
-            sql, params = compiler.as_sql()
-            if compiler.has_extra_select:
-                raise TypeError("a prepared query selects only its values_list() columns")
-            compiled = self._compiled[using] = _Compiled(sql, tuple(params), compiler, flat)
+        queryset = self.build()
+        flat = queryset._iterable_class is FlatValuesListIterable
+        if not flat and queryset._iterable_class is not ValuesListIterable:
+            raise TypeError("a prepared query is a values_list() queryset")
+        compiler = queryset.query.get_compiler(using=using)
+        sql, params = compiler.as_sql()
+        if compiler.has_extra_select:
+            raise TypeError("a prepared query selects only its values_list() columns")
+        compiled = _Compiled(sql, tuple(params), compiler, flat)
+        setattr(self._local, using, compiled)
         return compiled

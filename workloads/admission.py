@@ -16,13 +16,14 @@ from operator import attrgetter
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 import scheduler
 from clusters.models import Cluster
 from controlplane import bulk
+from controlplane.prepared import Param, Prepared
 from events.models import Event
 from events.services import deferred_events, record_events
 from workloads import admission_cache, checkpoints, fairsharing, parking, pods, runtime
@@ -92,14 +93,17 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
 
 
 def _anything_pending(cluster: Cluster) -> bool:
-    # In SQL: the ORM took longer to build this statement than the database to answer it.
-    table = connection.ops.quote_name(Workload._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT 1 FROM {table} WHERE cluster_id = %s AND phase = %s LIMIT 1",  # noqa: S608
-            [cluster.pk, Workload.Phase.PENDING],
-        )
-        return cursor.fetchone() is not None
+    return bool(_PENDING.rows(cluster=cluster.pk))
+
+
+# Built once (controlplane/prepared.py): asked after every round that changed something.
+_PENDING = Prepared(
+    lambda: (
+        Workload.objects.filter(cluster_id=Param("cluster"), phase=Workload.Phase.PENDING)
+        .order_by()
+        .values_list("pk", flat=True)[:1]
+    )
+)
 
 
 def _simulate_round(cluster: Cluster, now: datetime, *, first: bool) -> bool:

@@ -417,18 +417,7 @@ def _usage(node_ids: Keys | None) -> QuerySet[Any, Any]:
 
 _USAGE = Prepared(lambda: _usage(None))
 _USAGE_ON_NODES = Prepared(lambda: _usage(Keys("nodes")))
-_BECOMING_READY = Prepared(
-    lambda: (
-        Pod.objects.filter(
-            cluster_id=Param("cluster"),
-            phase=Pod.Phase.PENDING,
-            node__isnull=False,
-            ready_at__lte=Param("now", Pod._meta.get_field("ready_at")),
-        )
-        .order_by()
-        .values_list("pk", "owner_id")
-    )
-)
+_READY_AT = Pod._meta.get_field("ready_at")
 
 
 def _bind_pods(cluster: Cluster, now: datetime) -> bool:
@@ -436,8 +425,6 @@ def _bind_pods(cluster: Cluster, now: datetime) -> bool:
     nodes = [n for n in fleet.nodes if n.ready]
     if not nodes:
         return False
-    # Tuples, not model instances (thousands a round), and the scheduling fields as text: a
-    # job's pods mostly share theirs, decoded once (`_pods`).
     waiting = _UNBOUND.rows(cluster=cluster.pk)
     if not waiting:
         return False
@@ -558,13 +545,24 @@ def exclusive_owners(cluster: Cluster) -> dict[tuple[str, str], str]:
 
 
 def _ready_pods(cluster: Cluster, now: datetime) -> bool:
-    due = _BECOMING_READY.rows(cluster=cluster.pk, now=now)
-    if not due:
-        return False
-    live.touch({owner_id for _, owner_id in due})
-    return bool(
-        bulk.update_keys(Pod, "pk", [pk for pk, _ in due], phase=Pod.Phase.RUNNING, ready=True)
-    )
+    """Bound pods whose startup is over become ready. In one statement, so that a pod ended
+    meanwhile (a finish takes no admission lock) no longer matches; in SQL, as `_due`."""
+    table = connection.ops.quote_name(Pod._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET phase = %s, ready = %s WHERE cluster_id = %s AND phase = %s"  # noqa: S608
+            " AND node_id IS NOT NULL AND ready_at <= %s RETURNING owner_id",
+            [
+                Pod.Phase.RUNNING,
+                True,
+                cluster.pk,
+                Pod.Phase.PENDING,
+                _READY_AT.get_db_prep_value(now, connection),
+            ],
+        )
+        owners = {owner_id for (owner_id,) in cursor.fetchall()}
+    live.touch(owners)
+    return bool(owners)
 
 
 def _training_rows(cluster: Cluster, *, started: bool) -> list[Workload]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -11,11 +11,13 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
+from django.db.models import Value
 from kubernetes import client
 
 from clusters.models import Cluster
 from controlplane import bulk
+from controlplane.prepared import Keys, Param, Prepared
 from events.audit import record_audit
 from events.services import deferred_events, record_event
 from workloads import admission, live, manifests, pods, runtime, slicing, tasks
@@ -182,13 +184,16 @@ class _Lookups:
     def __init__(self, cluster: Cluster, documents: list[Document]):
         self.cluster = cluster
         names = {doc.name for doc in documents if doc.kind not in QUEUE_KINDS}
-        # Most submissions create their objects: which exist is asked in SQL (the ORM took
-        # longer to build the statement than the database to answer it), and only those that
-        # do are loaded. Unordered: a dict by key.
-        existing = _existing_objects(cluster, names)
+        # Most submissions create their objects: which exist is asked by a prepared query,
+        # and only those that do are loaded. Unordered: a dict by key.
+        existing = _EXISTING.rows(cluster=cluster.pk, names=names) if names else []
         self.objects = {
             (o.kind, o.namespace, o.name): o
-            for o in (KubeObject.objects.filter(pk__in=existing).order_by() if existing else ())
+            for o in (
+                KubeObject.objects.filter(pk__in=bulk.key_set(existing)).order_by()
+                if existing
+                else ()
+            )
         }
         self._priorities: dict[tuple[str, str], int] | None = None
         self._default: tuple[int, str] | None = None
@@ -199,19 +204,8 @@ class _Lookups:
 
     def priority(self, kind: str, name: str) -> int | None:
         if self._priorities is None:
-            # Both kinds in one query, in SQL (as `_existing_objects`): every submission
-            # without a class reads them.
-            quote = connection.ops.quote_name
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT 'WorkloadPriorityClass', name, value, 0 "  # noqa: S608 (quoted)
-                    f"FROM {quote(WorkloadPriorityClass._meta.db_table)} WHERE cluster_id = %s "
-                    "UNION ALL SELECT 'PriorityClass', name, value, "
-                    "CASE WHEN global_default THEN 1 ELSE 0 END "
-                    f"FROM {quote(PriorityClass._meta.db_table)} WHERE cluster_id = %s",
-                    [self.cluster.pk, self.cluster.pk],
-                )
-                rows = cursor.fetchall()
+            # Both kinds in one prepared query: every submission without a class reads them.
+            rows = _PRIORITIES.rows(cluster=self.cluster.pk)
             self._priorities = {(k, n): v for k, n, v, _ in rows}
             defaults = sorted((v, n) for _, n, v, is_default in rows if is_default)
             self._default = defaults[0] if defaults else (0, "")
@@ -223,18 +217,28 @@ class _Lookups:
         return self._default
 
 
-def _existing_objects(cluster: Cluster, names: Collection[str]) -> list[int]:
-    """The primary keys of the cluster's objects named one of `names`."""
-    if not names:
-        return []
-    chosen, param = bulk.key_table(names, "text")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT id FROM {connection.ops.quote_name(KubeObject._meta.db_table)} "  # noqa: S608
-            f"WHERE cluster_id = %s AND name IN (SELECT value FROM {chosen})",
-            [cluster.pk, param],
+# Built once (controlplane/prepared.py): every submission asks them.
+_EXISTING = Prepared(
+    lambda: (
+        KubeObject.objects.filter(cluster_id=Param("cluster"), name__in=Keys("names", text=True))
+        .order_by()
+        .values_list("pk", flat=True)
+    )
+)
+# order_by(): SQLite takes no ORDER BY (the models' default) inside a UNION.
+_PRIORITIES = Prepared(
+    lambda: (
+        WorkloadPriorityClass.objects.filter(cluster_id=Param("cluster"))
+        .order_by()
+        .values_list(Value("WorkloadPriorityClass"), "name", "value", Value(False))
+        .union(
+            PriorityClass.objects.filter(cluster_id=Param("cluster"))
+            .order_by()
+            .values_list(Value("PriorityClass"), "name", "value", "global_default"),
+            all=True,
         )
-        return [pk for (pk,) in cursor.fetchall()]
+    )
+)
 
 
 def _plan(doc: Document) -> _Plan:

@@ -125,8 +125,9 @@ def rows_to_write(cluster: Cluster, pks: Collection[int]) -> dict[int, Workload]
             "SELECT w.id, w.owner_id, w.name, w.namespace, w.replica_index, w.priority, "  # noqa: S608
             "w.admissions, w.phase, w.queued_at, w.admitted_at, CAST(w.pod_sets AS text), "
             f"o.kind, o.namespace, o.name, o.generation FROM {workloads} w "
-            f"JOIN {owners} o ON o.id = w.owner_id WHERE w.id IN (SELECT value FROM {chosen})",
-            [param],
+            f"JOIN {owners} o ON o.id = w.owner_id WHERE w.id IN (SELECT value FROM {chosen})"
+            " AND w.cluster_id = %s",
+            [param, cluster.pk],
         )
         values = cursor.fetchall()
     db = connection.alias

@@ -3,9 +3,11 @@ and on PostgreSQL (DATABASE_URL), and the ORM builds it once."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from django.db.models import TextField
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
@@ -101,3 +103,40 @@ def test_the_orm_builds_the_statement_once(workloads):
 def test_only_value_lists_can_be_prepared(workloads):
     with pytest.raises(TypeError, match="values_list"):
         Prepared(lambda: Workload.objects.filter(pk=Param("pk"))).rows(pk=workloads[0].pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_thread_runs_it_on_its_own_connection(workloads):
+    built = []
+
+    def build():
+        built.append(1)
+        return _queued_before(Param("cluster"), Param("before", QUEUED_AT))
+
+    queued_before = Prepared(build)
+    cluster, before = workloads[0].cluster_id, at(minutes=REPLICAS)
+    found = {}
+
+    def other_thread():
+        found["rows"] = queued_before.rows(cluster=cluster, before=before)
+        connections.close_all()
+
+    here = queued_before.rows(cluster=cluster, before=before)
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+
+    assert found["rows"] == here == list(_queued_before(cluster, before))
+    assert len(built) == 2  # compiled for each thread's connection
+
+
+def test_text_keys_select_the_rows_named(workloads):
+    names = Prepared(
+        lambda: (
+            Workload.objects.filter(name__in=Keys("names", text=True))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+    )
+
+    assert names.rows(names=[workloads[1].name, "nothing"]) == [workloads[1].pk]
