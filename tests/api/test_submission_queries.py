@@ -19,7 +19,8 @@ pytestmark = pytest.mark.django_db
 #  2. the cluster (the first two: one cluster, so no ?cluster= needed)
 #  3. the caller's namespaces and roles (authorization of every document)
 #  4. SAVEPOINT: services.apply's transaction (BEGIN outside a test)
-#  5. the stored objects the documents name (created, configured or unchanged)
+#  5. which of the objects the documents name exist (none here; those that do are then
+#     loaded, one more query for a resubmission)
 #  6. every WorkloadPriorityClass and PriorityClass of the cluster (one UNION)
 #  7. INSERT the Job (one for all the request's new objects)
 #  8. INSERT its Kueue workloads (one for all the new objects' replicas)
