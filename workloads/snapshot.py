@@ -454,13 +454,19 @@ def query_active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> 
     return read_rows(chosen, releases)
 
 
-# Each cluster's conversions of its last run. The admission cache hands over the same rows
-# run after run, so each is converted once; keeping only the last run's keeps this as large
-# as the clusters' active workloads, where an LRU kept every row seen, up to its size. By
-# primary key, with the row and ClusterQueue converted: the cache's rows are the very same
-# tuples while unchanged, so most lookups compare by identity, where hashing each row's
-# sixteen values cost more.
-_converted: dict[int, dict[int, tuple[WorkloadRow, str | None, s.Workload]]] = {}
+# Each cluster's conversions of its last run, with the LocalQueues they were made under. The
+# admission cache hands over the same rows run after run, so each is converted once; keeping
+# only the last run's keeps this as large as the clusters' active workloads, where an LRU kept
+# every row seen, up to its size. By primary key: the cache's rows are the very same tuples
+# while unchanged, so under unchanged LocalQueues a row's identity says its conversion holds,
+# where hashing each row's sixteen values, or even taking its LocalQueue apart, cost more.
+_Queues = tuple[Mapping[tuple[str, str], str], set[tuple[str, str]]]
+_Conversion = tuple[
+    WorkloadRow, str, tuple[str, str, bool] | None, s.Pending | None, s.Workload | None, str | None
+]
+"""A row, its key, its stored pending state (if pending), and either why it is held back or
+the scheduler's workload, under its ClusterQueue."""
+_converted: dict[int, tuple[_Queues, dict[int, _Conversion]]] = {}
 
 
 def _workloads(
@@ -472,33 +478,54 @@ def _workloads(
     """Scheduler workloads; pending ones of a stopped (stopPolicy) or missing LocalQueue are
     held back until it is started or applied."""
     workloads, ids, pending_state, held = [], {}, {}, []
-    last_run = _converted.get(cluster.pk, {})
-    this_run: dict[int, tuple[WorkloadRow, str | None, s.Workload]] = {}
+    queues = (cq_by_queue, stopped)
+    last_queues, last_run = _converted.get(cluster.pk, (None, {}))
+    same_queues = last_queues == queues
+    this_run: dict[int, _Conversion] = {}
     for row in rows:
-        pk, namespace, name, queue = row[:4]
-        parked, phase, reason, message = row[11:15]
-        key = f"{namespace}/{name}"
-        ids[key] = pk
-        if phase == Workload.Phase.PENDING:
-            pending_state[key] = (reason, message, parked)
-            if (namespace, queue) in stopped:
-                why = f"LocalQueue {queue} is stopped (stopPolicy)"
-                held.append(s.Pending(key, s.PendingReason.LOCAL_QUEUE_STOPPED, why, False))
-                continue
-            if (namespace, queue) not in cq_by_queue:
-                # Kueue `getQueueBlocker`: accepted, and queued once the LocalQueue exists.
-                why = f"LocalQueue {queue} doesn't exist"
-                held.append(s.Pending(key, s.PendingReason.MISCONFIGURED, why, False))
-                continue
-        cq = cq_by_queue.get((namespace, queue))
+        pk = row[0]
         seen = last_run.get(pk)
-        if seen is not None and seen[1] == cq and (seen[0] is row or seen[0] == row):
-            this_run[pk] = seen
-        else:
-            this_run[pk] = (row, cq, _workload(row, cq))
-        workloads.append(this_run[pk][2])
-    _converted[cluster.pk] = this_run
+        if seen is None or seen[0] is not row or not same_queues:
+            seen = _conversion(row, cq_by_queue, stopped, seen)
+        this_run[pk] = seen
+        _, key, state, hold, workload, _ = seen
+        ids[key] = pk
+        if state is not None:
+            pending_state[key] = state
+        if hold is not None:
+            held.append(hold)
+        elif workload is not None:
+            workloads.append(workload)
+    _converted[cluster.pk] = (queues, this_run)
     return workloads, ids, pending_state, held
+
+
+def _conversion(
+    row: WorkloadRow,
+    cq_by_queue: Mapping[tuple[str, str], str],
+    stopped: set[tuple[str, str]],
+    last: _Conversion | None,
+) -> _Conversion:
+    """A row's conversion; `last`'s workload if the row and its ClusterQueue are as then."""
+    namespace, name, queue = row[1:4]
+    parked, phase, reason, message = row[11:15]
+    key = f"{namespace}/{name}"
+    state = hold = None
+    if phase == Workload.Phase.PENDING:
+        state = (reason, message, parked)
+        if (namespace, queue) in stopped:
+            why = f"LocalQueue {queue} is stopped (stopPolicy)"
+            hold = s.Pending(key, s.PendingReason.LOCAL_QUEUE_STOPPED, why, False)
+        elif (namespace, queue) not in cq_by_queue:
+            # Kueue `getQueueBlocker`: accepted, and queued once the LocalQueue exists.
+            why = f"LocalQueue {queue} doesn't exist"
+            hold = s.Pending(key, s.PendingReason.MISCONFIGURED, why, False)
+        if hold is not None:
+            return row, key, state, hold, None, None
+    cq = cq_by_queue.get((namespace, queue))
+    if last is not None and last[4] is not None and last[5] == cq and last[0] == row:
+        return row, key, state, None, last[4], cq
+    return row, key, state, None, _workload(row, cq), cq
 
 
 def _workload(row: WorkloadRow, cluster_queue: str | None) -> s.Workload:

@@ -84,7 +84,8 @@ def test_conversions_are_reused_and_kept_only_for_the_last_run(gpu_queues):
     (stays,) = first
     assert last.keys() == {stays}
     assert last[stays] is first[stays]
-    assert len(snapshot._converted[gpu_queues.pk]) == 1
+    _, kept = snapshot._converted[gpu_queues.pk]
+    assert kept.keys() == {Workload.objects.get(name__startswith="job-stays").pk}
 
     # A changed row, and the same row under another ClusterQueue, are converted again.
     Workload.objects.filter(name__startswith="job-stays").update(priority=7)
@@ -114,3 +115,46 @@ def test_rows_read_by_key_in_sql_are_the_rows_the_orm_reads(gpu_queues):
         assert [list(map(type, row)) for row in by_sql] == [list(map(type, r)) for r in by_orm]
         assert [row[11] for row in by_sql] == [releases <= 4, releases <= 2] + [False] * 2
         assert all(row[5].utcoffset() is not None for row in by_sql)  # queued_at, aware
+
+
+def _local_queue(stop_policy: str) -> str:
+    return f"""
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {{name: team-llm, namespace: {NAMESPACE}}}
+spec: {{clusterQueue: gpu-queue, stopPolicy: {stop_policy}}}
+"""
+
+
+def test_a_row_kept_as_it_was_follows_its_local_queue_on_hold_and_back(gpu_queues):
+    """Conversions are reused by the row's identity only while the LocalQueues are as they
+    were: the very same row is held back once its LocalQueue is on hold, and scheduled again
+    once it is started, though the row itself never changed."""
+    services.apply(
+        gpu_queues,
+        job("waits", pods=1),
+        source="a.yaml",
+        now=at(),
+        namespace=NAMESPACE,
+        admit=services.Admit.SKIP,
+    )
+    rows = snapshot.query_active_rows(gpu_queues, snapshot.HEADS_PER_QUEUE, 0)
+
+    def scheduled_and_held() -> tuple[list[str], list[s.PendingReason]]:
+        loaded = snapshot.load(gpu_queues, active_rows=lambda *_: rows, releases=0)
+        return [w.key for w in loaded.snapshot.workloads], [p.reason for p in loaded.held]
+
+    (key,), held = scheduled_and_held()
+    assert held == []
+    for policy, expected in (
+        ("Hold", ([], [s.PendingReason.LOCAL_QUEUE_STOPPED])),
+        ("None", ([key], [])),
+    ):
+        services.apply(
+            gpu_queues,
+            _local_queue(policy),
+            source="lq.yaml",
+            now=at(),
+            admit=services.Admit.SKIP,
+        )
+        assert scheduled_and_held() == expected
