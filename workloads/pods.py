@@ -249,19 +249,31 @@ def _pinned(spec: dict[str, Any], selector: Mapping[str, str]) -> dict[str, Any]
     return {**spec, "node_selector": {**spec["node_selector"], **selector}}
 
 
-def stop(row: Workload) -> None:
-    """Evicted: the job is suspended (pods deleted); a Deployment's pod is recreated gated."""
-    if is_pod_owned(row.owner):
-        Pod.objects.filter(workload=row).update(
+def stop(rows: Sequence[Workload]) -> None:
+    """Evicted: the jobs are suspended (pods deleted); a Deployment's pod is recreated gated.
+    A statement per distinct gated pod, not per workload."""
+    deleted: list[int] = []
+    gated: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    for row in rows:
+        if is_pod_owned(row.owner):
+            spec = scheduling(row.pod_sets[0])
+            gated.setdefault(json.dumps(spec, sort_keys=True), (spec, []))[1].append(row.pk)
+        else:
+            deleted.append(row.pk)
+    for spec, pks in gated.values():
+        bulk.update_keys(
+            Pod,
+            "workload",
+            pks,
             phase=Pod.Phase.SCHEDULING_GATED,
             node=None,
             bound_at=None,
             ready_at=None,
             ready=False,
-            scheduling=scheduling(row.pod_sets[0]),
+            scheduling=spec,
         )
-        return
-    Pod.objects.filter(workload=row).delete()
+    if deleted:
+        Pod.objects.filter(workload_id__in=deleted).delete()
 
 
 def complete(row: Workload, phase: str) -> None:

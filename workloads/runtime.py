@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 from django.db import connection, transaction
@@ -24,10 +25,11 @@ import scheduler
 from clusters.models import Cluster, Node
 from controlplane import bulk
 from controlplane.prepared import Keys, Param, Prepared
+from events.models import Event
 from events.services import record_events
 from scheduler.topology import HOSTNAME
 from workloads import checkpoints, live, parking, pods, slicing
-from workloads.history import admitted_events, workload_event, workload_event_row
+from workloads.history import admitted_events, workload_event_row
 from workloads.manifests.configuration import default_configuration
 from workloads.models import Configuration, KubeObject, Pod, Slice, Workload
 from workloads.snapshot import affinity, cluster_nodes, configuration, from_db, toleration
@@ -211,45 +213,67 @@ def current_step(row: Workload, now: datetime) -> int:
     return min(done, sim["total_steps"]) if sim["total_steps"] else done
 
 
+_EVICTED_FIELDS = [
+    "phase",
+    "admission",
+    "evicting",
+    "quota_reserved_at",
+    "admitted_at",
+    "training_started_at",
+    "pods_ready",
+    "pods_ready_changed_at",
+    "steps_lost",
+    "queued_at",
+]
+_evicted_values = attrgetter(*_EVICTED_FIELDS)
+
+
 def stop_evicted(cluster: Cluster, now: datetime) -> bool:
     """Evicted workloads stop (sim: at once), release quota and go back to their queue."""
     rows = _loaded(Workload.objects.filter(cluster=cluster, evicting=True))
+    if not rows:
+        return False
     slicing.release(rows, now)
     live.touch(row.owner_id for row in rows)
+    pods.stop(rows)
+    trained = [row for row in rows if row.training_started_at is not None]
+    latest = checkpoints.latest_steps(row.owner_id for row in trained)
+    lost = {row.pk: max(0, current_step(row, now) - latest.get(row.owner_id, 0)) for row in trained}
+    events = []
     for row in rows:
-        lost = 0
-        if row.training_started_at is not None:
-            lost = max(0, current_step(row, now) - checkpoints.latest_step(row))
-        pods.stop(row)
         row.phase = Workload.Phase.PENDING
         row.admission = None
         row.evicting = False
         row.quota_reserved_at = row.admitted_at = row.training_started_at = None
         row.pods_ready, row.pods_ready_changed_at = False, None
-        row.steps_lost += lost
+        row.steps_lost += lost.get(row.pk, 0)
         if pods.is_pod_owned(row.owner):
             row.queued_at = now  # a recreated pod is a new workload in Kueue's queue order
-        row.save()
-        workload_event(
-            "workload.evicted",
-            row,
-            now,
-            reason=row.eviction_reason,
-            steps_lost=lost,
-            message=f"evicted ({row.eviction_reason}), quota released; "
-            f"{lost} training steps lost since the last checkpoint",
+        events.append(
+            workload_event_row(
+                "workload.evicted",
+                row,
+                now,
+                f"evicted ({row.eviction_reason}), quota released; "
+                f"{lost.get(row.pk, 0)} training steps lost since the last checkpoint",
+                reason=row.eviction_reason,
+                steps_lost=lost.get(row.pk, 0),
+            )
         )
         # In its back-off, or deactivated, it is not queued (yet): _end_backoff requeues it.
         if row.active and row.requeue_at is None:
-            _requeued(row, now)
-    if rows:
-        unpark(cluster)
-    return bool(rows)
+            events.append(_requeued_event(row, now))
+    bulk.update_rows(
+        Workload, "pk", _EVICTED_FIELDS, [(row.pk, *_evicted_values(row)) for row in rows]
+    )
+    record_events(events)
+    unpark(cluster)
+    return True
 
 
-def _requeued(row: Workload, now: datetime) -> None:
-    workload_event(
-        "workload.requeued", row, now, message=f"requeued in LocalQueue {row.queue_name}"
+def _requeued_event(row: Workload, now: datetime) -> Event:
+    return workload_event_row(
+        "workload.requeued", row, now, f"requeued in LocalQueue {row.queue_name}"
     )
 
 
@@ -355,8 +379,7 @@ def _end_backoff(cluster: Cluster, now: datetime) -> bool:
         pending_reason="",
         pending_message="",
     )
-    for row in rows:
-        _requeued(row, now)
+    record_events([_requeued_event(row, now) for row in rows])
     return bool(rows)
 
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
 from events.models import Event
 from tests.support import NAMESPACE, at, deployment, job
-from workloads import admission, services, status
+from workloads import admission, runtime, services, status
 from workloads.models import KubeObject, Pod, Workload
 
 JOB_STARTUP = timedelta(minutes=1)
@@ -194,3 +197,53 @@ def test_a_local_queue_on_hold_admits_nothing(gpu_queues):
     held = Workload.objects.get()
     assert held.phase == Workload.Phase.PENDING
     assert held.pending_reason == "LocalQueueStopped"
+
+
+def _stop_all_running(cluster, now):
+    """Every admitted workload evicted at once, then stopped in one round; its statements."""
+    Workload.objects.filter(phase=Workload.Phase.ADMITTED).update(
+        evicting=True, eviction_reason="Preempted"
+    )
+    first_event = Event.objects.order_by("pk").last().pk
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        assert runtime.stop_evicted(cluster, now)
+    events = Event.objects.filter(pk__gt=first_event).order_by("pk")
+    return len(queries), [(e.object_key, e.kind, e.data.get("steps_lost")) for e in events]
+
+
+def test_workloads_evicted_together_stop_in_as_many_statements_as_one_would(gpu_queues):
+    """Evicted in the same round: each Job's pods are deleted, each Deployment's pod is
+    recreated gated (no node, its scheduling as Kueue injects it), every workload is queued
+    again with the training steps it lost, evicted then requeued in the event log, and the
+    statements are as many for five workloads as for two."""
+    apply(gpu_queues, deployment("a", replicas=1, gpus=1), at())
+    apply(gpu_queues, job("j1", pods=1, gpus=1), at())
+    admission.advance(gpu_queues, at(), at(minutes=15))
+    two, _ = _stop_all_running(gpu_queues, at(minutes=15))
+
+    apply(gpu_queues, deployment("b", replicas=2, gpus=1), at(minutes=15))
+    apply(gpu_queues, job("j2", pods=1, gpus=1, checkpoint_every=0), at(minutes=15))
+    admission.advance(gpu_queues, at(minutes=15), at(minutes=30))
+    assert Workload.objects.filter(phase=Workload.Phase.ADMITTED).count() == 5
+    five, events = _stop_all_running(gpu_queues, at(minutes=30))
+
+    assert five == two
+    assert not Pod.objects.filter(owner__kind="Job").exists()
+    gated = Pod.objects.filter(owner__kind="Deployment")
+    assert [(p.phase, p.node, p.scheduling["requests"]["nvidia.com/gpu"]) for p in gated] == [
+        (Pod.Phase.SCHEDULING_GATED, None, 1000)  # milli-GPUs
+    ] * 3
+    rows = Workload.objects.all()  # the order they were stopped in
+    assert {(w.phase, w.admission, w.evicting) for w in rows} == {
+        (Workload.Phase.PENDING, None, False)
+    }
+    # j1 lost 4 steps at 12:15 (step 14, checkpoint at 10), resumed from step 10 at 12:16
+    # and lost 4 again at 12:30 (step 24, checkpoint at 20); j2 never saves a checkpoint.
+    assert {w.owner.name: w.steps_lost for w in rows if w.owner.kind == "Job"} == {
+        "j1": 4 + 4,
+        "j2": 14,
+    }
+    keys = [f"{w.owner.kind}/{NAMESPACE}/{w.owner.name}" for w in rows]
+    assert [(key, kind) for key, kind, _ in events] == [
+        (key, kind) for key in keys for kind in ("workload.evicted", "workload.requeued")
+    ]
