@@ -37,6 +37,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import transaction  # noqa: E402
 
 from clusters.models import Cluster  # noqa: E402
+from controlplane.celery import freeze_startup_heap  # noqa: E402
 from controlplane.prepared import Param, Prepared  # noqa: E402
 from events.models import Event  # noqa: E402
 from workloads import admission, parking, runtime, services, snapshot  # noqa: E402
@@ -252,6 +253,7 @@ def main(suite: Suite, doc: str) -> None:
     )
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
+    freeze_startup_heap()  # as a worker does once it is ready (controlplane/celery.py)
     cluster = Cluster.objects.create(name="perf", status=Cluster.Status.RUNNING)
     if suite.make_nodes:
         suite.make_nodes(cluster)
