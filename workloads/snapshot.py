@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -396,9 +396,9 @@ def read_rows_by_pk(pks: Collection[int], releases: int, *extra: str) -> list[Wo
     for values in found:
         row = list(values)
         row[PARKED] = row[PARKED] is not None and row[PARKED] >= releases
-        for i, field in times:
+        for i, column in times:
             if row[i] is not None:
-                row[i] = from_db(field, row[i])
+                row[i] = from_db(column, row[i])
         rows.append(tuple(row))
     return rows
 
@@ -454,19 +454,35 @@ def query_active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> 
     return read_rows(chosen, releases)
 
 
-# Each cluster's conversions of its last run, with the LocalQueues they were made under. The
-# admission cache hands over the same rows run after run, so each is converted once; keeping
-# only the last run's keeps this as large as the clusters' active workloads, where an LRU kept
-# every row seen, up to its size. By primary key: the cache's rows are the very same tuples
-# while unchanged, so under unchanged LocalQueues a row's identity says its conversion holds,
-# where hashing each row's sixteen values, or even taking its LocalQueue apart, cost more.
+# Each cluster's conversions of the rows of its recent runs, made under its LocalQueues as they
+# are. The admission cache hands over the same rows run after run, so each is converted once;
+# a pending row also leaves the runs' window of queue heads when parked and comes back after a
+# release, most often within a few dozen runs. Two generations, swept every
+# CONVERSIONS_SWEPT_EVERY runs, keep this as large as the rows of the last runs, where an LRU
+# kept every row seen, up to its size. By primary key: the cache's rows are the very same
+# tuples while unchanged, so a row's identity says its conversion holds, where hashing each
+# row's sixteen values, or even taking its LocalQueue apart, cost more.
+CONVERSIONS_SWEPT_EVERY = 64
 _Queues = tuple[Mapping[tuple[str, str], str], set[tuple[str, str]]]
 _Conversion = tuple[
     WorkloadRow, str, tuple[str, str, bool] | None, s.Pending | None, s.Workload | None, str | None
 ]
 """A row, its key, its stored pending state (if pending), and either why it is held back or
 the scheduler's workload, under its ClusterQueue."""
-_converted: dict[int, tuple[_Queues, dict[int, _Conversion]]] = {}
+
+
+@dataclass(slots=True)
+class _Conversions:
+    queues: _Queues
+    """The LocalQueues (ClusterQueue of each, those stopped) they were all made under."""
+    recent: dict[int, _Conversion] = field(default_factory=dict)
+    """Of every row of the runs since the last sweep."""
+    older: dict[int, _Conversion] = field(default_factory=dict)
+    """Of the rows of the runs before it, back to the sweep before."""
+    runs: int = 0
+
+
+_converted: dict[int, _Conversions] = {}
 
 
 def _workloads(
@@ -479,15 +495,18 @@ def _workloads(
     held back until it is started or applied."""
     workloads, ids, pending_state, held = [], {}, {}, []
     queues = (cq_by_queue, stopped)
-    last_queues, last_run = _converted.get(cluster.pk, (None, {}))
-    same_queues = last_queues == queues
-    this_run: dict[int, _Conversion] = {}
+    kept = _converted.get(cluster.pk)
+    if kept is None or kept.queues != queues:
+        kept = _converted[cluster.pk] = _Conversions(queues)
+    recent, older = kept.recent, kept.older
     for row in rows:
         pk = row[0]
-        seen = last_run.get(pk)
-        if seen is None or seen[0] is not row or not same_queues:
+        seen = recent.get(pk)
+        if seen is None:
+            seen = older.get(pk)
+        if seen is None or seen[0] is not row:
             seen = _conversion(row, cq_by_queue, stopped, seen)
-        this_run[pk] = seen
+        recent[pk] = seen
         _, key, state, hold, workload, _ = seen
         ids[key] = pk
         if state is not None:
@@ -496,7 +515,9 @@ def _workloads(
             held.append(hold)
         elif workload is not None:
             workloads.append(workload)
-    _converted[cluster.pk] = (queues, this_run)
+    kept.runs += 1
+    if kept.runs % CONVERSIONS_SWEPT_EVERY == 0:
+        kept.older, kept.recent = kept.recent, {}
     return workloads, ids, pending_state, held
 
 

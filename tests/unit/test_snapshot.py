@@ -66,17 +66,21 @@ def test_load_passes_fair_sharing_weights_and_fungibility_preference(cluster):
     assert loaded.cluster_queues["plain"].flavor_fungibility.preference is None
 
 
-def test_conversions_are_reused_and_kept_only_for_the_last_run(gpu_queues):
+def test_conversions_are_reused_and_kept_only_for_the_recent_runs(gpu_queues, monkeypatch):
     """Workloads that did not change are converted once, and what is kept between runs is
-    the last run's active workloads: a worker's memory follows them, not every row it saw."""
+    the rows of the recent runs (two sweeps' worth): a worker's memory follows them, not every
+    row it saw."""
+    monkeypatch.setattr(snapshot, "CONVERSIONS_SWEPT_EVERY", 4)
     services.apply(gpu_queues, job("stays", pods=1), source="a.yaml", now=at(), namespace=NAMESPACE)
     first = {w.key: w for w in snapshot.load(gpu_queues).snapshot.workloads}
+    gone = []
     for i in range(20):  # submitted, then deleted: never active in a later run
         name = f"gone-{i}"
         services.apply(
             gpu_queues, job(name, pods=1), source="b.yaml", now=at(i), namespace=NAMESPACE
         )
         snapshot.load(gpu_queues)
+        gone.append(Workload.objects.get(name__startswith=f"job-{name}").pk)
         services.delete(KubeObject.objects.get(name=name), at(i))
 
     last = {w.key: w for w in snapshot.load(gpu_queues).snapshot.workloads}
@@ -84,8 +88,12 @@ def test_conversions_are_reused_and_kept_only_for_the_last_run(gpu_queues):
     (stays,) = first
     assert last.keys() == {stays}
     assert last[stays] is first[stays]
-    _, kept = snapshot._converted[gpu_queues.pk]
-    assert kept.keys() == {Workload.objects.get(name__startswith="job-stays").pk}
+    kept = snapshot._converted[gpu_queues.pk]
+    assert kept.runs > 40  # admission's runs after each change, and these
+    # At most the rows of the last eight runs: the last few jobs, not the first.
+    kept_pks = kept.recent.keys() | kept.older.keys()
+    assert Workload.objects.get(name__startswith="job-stays").pk in kept_pks
+    assert kept_pks & set(gone[:15]) == set()
 
     # A changed row, and the same row under another ClusterQueue, are converted again.
     Workload.objects.filter(name__startswith="job-stays").update(priority=7)
