@@ -251,7 +251,7 @@ def _pinned(spec: dict[str, Any], selector: Mapping[str, str]) -> dict[str, Any]
 
 def stop(rows: Sequence[Workload]) -> None:
     """Evicted: the jobs are suspended (pods deleted); a Deployment's pod is recreated gated.
-    A statement per distinct gated pod, not per workload."""
+    A statement per distinct scheduling of the gated pods, not one per workload."""
     deleted: list[int] = []
     gated: dict[str, tuple[dict[str, Any], list[int]]] = {}
     for row in rows:

@@ -241,12 +241,13 @@ def stop_evicted(cluster: Cluster, now: datetime) -> bool:
     lost = {row.pk: max(0, current_step(row, now) - latest.get(row.owner_id, 0)) for row in trained}
     events = []
     for row in rows:
+        steps = lost.get(row.pk, 0)
         row.phase = Workload.Phase.PENDING
         row.admission = None
         row.evicting = False
         row.quota_reserved_at = row.admitted_at = row.training_started_at = None
         row.pods_ready, row.pods_ready_changed_at = False, None
-        row.steps_lost += lost.get(row.pk, 0)
+        row.steps_lost += steps
         if pods.is_pod_owned(row.owner):
             row.queued_at = now  # a recreated pod is a new workload in Kueue's queue order
         events.append(
@@ -255,9 +256,9 @@ def stop_evicted(cluster: Cluster, now: datetime) -> bool:
                 row,
                 now,
                 f"evicted ({row.eviction_reason}), quota released; "
-                f"{lost.get(row.pk, 0)} training steps lost since the last checkpoint",
+                f"{steps} training steps lost since the last checkpoint",
                 reason=row.eviction_reason,
-                steps_lost=lost.get(row.pk, 0),
+                steps_lost=steps,
             )
         )
         # In its back-off, or deactivated, it is not queued (yet): _end_backoff requeues it.
