@@ -465,10 +465,10 @@ def query_active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> 
 CONVERSIONS_SWEPT_EVERY = 64
 _Queues = tuple[Mapping[tuple[str, str], str], set[tuple[str, str]]]
 _Conversion = tuple[
-    WorkloadRow, str, tuple[str, str, bool] | None, s.Pending | None, s.Workload | None, str | None
+    WorkloadRow, str, tuple[str, str, bool] | None, s.Pending | None, s.Workload | None
 ]
 """A row, its key, its stored pending state (if pending), and either why it is held back or
-the scheduler's workload, under its ClusterQueue."""
+the scheduler's workload."""
 
 
 @dataclass(slots=True)
@@ -507,7 +507,7 @@ def _workloads(
         if seen is None or seen[0] is not row:
             seen = _conversion(row, cq_by_queue, stopped, seen)
         recent[pk] = seen
-        _, key, state, hold, workload, _ = seen
+        _, key, state, hold, workload = seen
         ids[key] = pk
         if state is not None:
             pending_state[key] = state
@@ -527,7 +527,10 @@ def _conversion(
     stopped: set[tuple[str, str]],
     last: _Conversion | None,
 ) -> _Conversion:
-    """A row's conversion; `last`'s workload if the row and its ClusterQueue are as then."""
+    """A row's conversion; `last`'s if the row is as then (the LocalQueues are: `_workloads`
+    drops every conversion when they change)."""
+    if last is not None and last[0] == row:
+        return row, last[1], last[2], last[3], last[4]
     namespace, name, queue = row[1:4]
     parked, phase, reason, message = row[11:15]
     key = f"{namespace}/{name}"
@@ -542,11 +545,8 @@ def _conversion(
             why = f"LocalQueue {queue} doesn't exist"
             hold = s.Pending(key, s.PendingReason.MISCONFIGURED, why, False)
         if hold is not None:
-            return row, key, state, hold, None, None
-    cq = cq_by_queue.get((namespace, queue))
-    if last is not None and last[4] is not None and last[5] == cq and last[0] == row:
-        return row, key, state, None, last[4], cq
-    return row, key, state, None, _workload(row, cq), cq
+            return row, key, state, hold, None
+    return row, key, state, None, _workload(row, cq_by_queue.get((namespace, queue)))
 
 
 def _workload(row: WorkloadRow, cluster_queue: str | None) -> s.Workload:
