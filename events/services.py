@@ -158,9 +158,9 @@ def record_events(events: list[Event]) -> list[Event]:
     published.
 
     On PostgreSQL a few events go in without a number and without the event log's lock, so
-    that concurrent writers commit side by side, and `number_events` numbers them after the
-    commit. A large batch, and every batch on SQLite (whose writer is alone anyway), is
-    numbered in place, under the lock, after the events committed before it.
+    that concurrent writers commit side by side, and are numbered after the commit
+    (`_number_after_commit`). A large batch, and every batch on SQLite (whose writer is alone
+    anyway), is numbered in place, under the lock, after the events committed before it.
     """
     if not events:
         return events
@@ -170,7 +170,7 @@ def record_events(events: list[Event]) -> list[Event]:
         return events
     if connection.vendor == "postgresql" and len(events) < NUMBER_IN_PLACE_FROM:
         _insert(events)
-        transaction.on_commit(partial(number_events, events), robust=True)
+        transaction.on_commit(partial(_number_after_commit, events), robust=True)
         return events
     with transaction.atomic(savepoint=False):
         lock_event_log()
@@ -181,24 +181,58 @@ def record_events(events: list[Event]) -> list[Event]:
             event.seq = number
         _insert(events)
         transaction.on_commit(partial(publish, [*earlier, *events]))
+        if connection.vendor == "postgresql":
+            transaction.on_commit(_number_left_behind, robust=True)
     return events
 
 
-def number_events(mine: Sequence[Event] = (), *, wait: bool = True) -> list[Event]:
+def number_events(*, wait: bool = True) -> list[Event]:
     """Give the committed events without a seq theirs, in the order of their ids, and publish
-    them once that commits. Runs after each commit that left events unnumbered (`mine`, which
-    get their seq here, whoever numbered them), and from beat for a writer that stopped between
-    its commit and this. Without `wait`, nothing is done while another numbers."""
-    with transaction.atomic():
-        if not lock_event_log(wait=wait):
-            return []
-        numbered = _number_committed()
-        transaction.on_commit(partial(publish, numbered))
+    them once that commits: from beat, for a writer that stopped between its commit and
+    numbering its events, and from readers. Without `wait`, nothing is done while another
+    numbers."""
+    numbered = _numbered_in_turn(wait=wait)
+    if numbered is None:
+        return []
+    _number_left_behind()
+    return numbered
+
+
+def _number_after_commit(mine: Sequence[Event]) -> None:
+    """After a commit that left events unnumbered (`mine`): a writer that finds the event
+    log's lock free numbers every committed event, its own and others', and gives `mine`
+    their seq; one that finds it taken leaves its events to the holder and returns at once.
+    Writers never queue for the lock (they did, one after another, for most of a submission's
+    time under load): one numbers for many."""
+    numbered = _numbered_in_turn(wait=False)
+    if numbered is None:
+        return
     seqs = {event.pk: event.seq for event in numbered}
-    if any(event.pk not in seqs for event in mine):  # another process was first
+    if any(event.pk not in seqs for event in mine):  # a reader was first
         seqs.update(Event.objects.filter(pk__in=[e.pk for e in mine]).values_list("pk", "seq"))
     for event in mine:
         event.seq = seqs.get(event.pk)
+    _number_left_behind()
+
+
+def _number_left_behind() -> None:
+    """Run by whoever lets go of the event log's lock, once it has: the events committed while
+    it held the lock, whose writers found it taken and left them to it, are numbered, unless
+    another has taken the lock since (and looks in turn when it lets go). That commit came
+    after theirs, so this read sees them."""
+    while Event.objects.filter(seq__isnull=True).exists():
+        if _numbered_in_turn(wait=False) is None:
+            return
+
+
+def _numbered_in_turn(*, wait: bool) -> list[Event] | None:
+    """Under the event log's lock, the committed events numbered (published once that
+    commits); None when `wait` is off and another holds the lock."""
+    with transaction.atomic():
+        if not lock_event_log(wait=wait):
+            return None
+        numbered = _number_committed()
+        transaction.on_commit(partial(publish, numbered))
     return numbered
 
 

@@ -15,6 +15,7 @@ from events.models import Event
 from events.services import new_event, numbered_events, record_event, record_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
+NUMBER_IN_PLACE = services.NUMBER_IN_PLACE_FROM
 
 
 class Writer(threading.Thread):
@@ -62,6 +63,42 @@ def test_a_writer_does_not_wait_for_an_open_one_and_seqs_follow_the_commits():
     assert visible_while_earlier_is_open == [("later", later.event.seq)]
     # Numbered when it committed: after what a reader has seen, and with no gap.
     assert numbered() == [("later", later.event.seq), ("earlier", later.event.seq + 1)]
+
+
+class BatchWriter(Writer):
+    """Records a batch numbered in place, which holds the event log's lock until its commit."""
+
+    def run(self):
+        try:
+            with transaction.atomic():
+                at = timezone.now()
+                batch = [new_event(self.kind, at=at, message="") for _ in range(NUMBER_IN_PLACE)]
+                self.event = record_events(batch)[-1]
+                self.recorded.set()
+                self.release.wait(10)
+        except Exception as error:
+            self.error = error
+        finally:
+            connection.close()
+
+
+def test_a_writer_finding_the_lock_taken_leaves_its_events_to_the_holder_and_does_not_wait():
+    release = threading.Event()
+    holder, writer = BatchWriter("admitted", release), Writer("submitted")
+    holder.start()
+    assert holder.recorded.wait(10)
+
+    writer.start()
+    writer.join(10)
+    returned_while_the_lock_was_held = not writer.is_alive()
+    release.set()
+    holder.join(10)
+
+    assert (holder.error, writer.error) == (None, None)
+    assert returned_while_the_lock_was_held
+    assert writer.event.seq is None  # numbered by the holder, as it let go of the lock
+    stored = Event.objects.get(pk=writer.event.pk).seq  # read without numbering anything
+    assert stored == holder.event.seq + 1
 
 
 def stranded(kind):
