@@ -17,6 +17,7 @@ not in `connection.queries` (the UPDATE is).
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -155,25 +156,37 @@ def key_table(
 def _insert(
     model: type[Model], fields: Sequence[str], rows: Iterable[Sequence[Any]], *, returning: bool
 ) -> tuple[int, list[Any]]:
-    named = [_column(model, name) for name in fields]
-    defaults = [
-        field
-        for field in model._meta.concrete_fields
-        if field not in named and not field.primary_key
-    ]
+    columns, defaults, into = _insert_columns(model, tuple(fields), connection.vendor)
     default_values = tuple(field.get_default() for field in defaults)
-    columns = [*named, *defaults]
     quote = connection.ops.quote_name
-    names = ", ".join(quote(_name(field)) for field in columns)
-    table = quote(model._meta.db_table)
     suffix = f" RETURNING {quote(_name(model._meta.pk))}" if returning else ""
     return _execute(
         columns,
         ((*row, *default_values) for row in rows) if default_values else rows,
-        lambda rows_sql, _: f"INSERT INTO {table} ({names}) {rows_sql}{suffix}",
+        lambda rows_sql, _: f"INSERT INTO {into} {rows_sql}{suffix}",
         returning=returning,
-        into=f"{table} ({names})",
+        into=into,
     )
+
+
+@functools.cache
+def _insert_columns(
+    model: type[Model], fields: tuple[str, ...], vendor: str
+) -> tuple[tuple[Field[Any, Any], ...], tuple[Field[Any, Any], ...], str]:
+    """An insert's columns: `fields`, then the others but the primary key (which take their
+    defaults), those others, and the table with its columns as INSERT names them. Worked out
+    once per model and fields (the same few a process writes over and over): a submission
+    spent more time finding its inserts' default columns than its database inserting them."""
+    named = [_column(model, name) for name in fields]
+    defaults = tuple(
+        field
+        for field in model._meta.concrete_fields
+        if field not in named and not field.primary_key
+    )
+    columns = (*named, *defaults)
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(_name(field)) for field in columns)
+    return columns, defaults, f"{quote(model._meta.db_table)} ({names})"
 
 
 def _execute(
@@ -387,13 +400,19 @@ def _value(field: Field[Any, Any], number: int, typed: bool) -> str:
     return reference
 
 
-def _array_types(columns: Sequence[Field[Any, Any]]) -> list[str] | None:
+def _array_types(columns: Sequence[Field[Any, Any]]) -> Sequence[str] | None:
     """On PostgreSQL, the type of each column's array; None on SQLite, or where a field's type
     is no plain one (an array type, say: `unnest` would flatten an array of arrays). As
     Django's own `InsertUnnest` (postgresql/compiler.py) decides, which relies as this does on
     a column's prepared values being all of one Python type (psycopg refuses a mixed list)."""
     if connection.vendor != "postgresql":
         return None
+    return _postgresql_array_types(tuple(columns))
+
+
+@functools.cache
+def _postgresql_array_types(columns: tuple[Field[Any, Any], ...]) -> tuple[str, ...] | None:
+    """`_array_types` on PostgreSQL, once per set of columns: a field's type is its class's."""
     types = []
     for field in columns:
         target = field.target_field if isinstance(field, ForeignKey) else field
@@ -406,7 +425,7 @@ def _array_types(columns: Sequence[Field[Any, Any]]) -> list[str] | None:
         ):
             return None
         types.append(db_type.split("(")[0])  # varchar, not varchar(253): no silent truncation
-    return types
+    return tuple(types)
 
 
 def _max_params() -> int:
