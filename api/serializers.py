@@ -6,7 +6,7 @@ import copy
 from typing import Any, ClassVar, TypeVar
 
 from django.contrib.auth.models import User
-from django.db.models import Model
+from django.db.models import Model, Prefetch
 from django.utils import timezone
 from rest_framework import serializers
 
@@ -106,14 +106,27 @@ class KueueWorkloadSerializer(FieldsBuiltOnceSerializer[Workload]):
         return {a["name"]: a["count"] for a in row.assignments}
 
 
+# Where a KubeObject serialized by WorkloadObjectSerializer holds its Kueue workloads: its
+# queryset prefetches them there (`WITH_WORKLOADS`), or an object just created is given those
+# it was created with (api/workloads.py).
+WORKLOADS_ATTR = "kueue_workloads"
+WITH_WORKLOADS = Prefetch("workloads", to_attr=WORKLOADS_ATTR)
+
+
+def workloads_of(obj: KubeObject) -> list[Workload]:
+    rows: list[Workload] = getattr(obj, WORKLOADS_ATTR)
+    return rows
+
+
 class WorkloadObjectSerializer(FieldsBuiltOnceSerializer[KubeObject]):
-    """A submitted object (Job, Deployment, JobSet, LeaderWorkerSet) and its Kueue workloads."""
+    """A submitted object (Job, Deployment, JobSet, LeaderWorkerSet) and its Kueue workloads
+    (`WORKLOADS_ATTR`)."""
 
     cluster = serializers.CharField(source="cluster.name", read_only=True)
     api_version = serializers.CharField(read_only=True)
     phase = serializers.SerializerMethodField()
     queue = serializers.SerializerMethodField()
-    workloads = KueueWorkloadSerializer(many=True, read_only=True)
+    workloads = KueueWorkloadSerializer(many=True, read_only=True, source=WORKLOADS_ATTR)
 
     class Meta:
         model = KubeObject
@@ -137,12 +150,12 @@ class WorkloadObjectSerializer(FieldsBuiltOnceSerializer[KubeObject]):
         read_only_fields = fields
 
     def get_phase(self, obj: KubeObject) -> str:
-        rows = list(obj.workloads.all())
+        rows = workloads_of(obj)
         return object_phase(obj, rows) if rows else "Unmanaged"
 
     def get_queue(self, obj: KubeObject) -> str:
         """Its LocalQueue; empty for objects Kueue does not manage (no queue-name label)."""
-        rows = list(obj.workloads.all())
+        rows = workloads_of(obj)
         return rows[0].queue_name if rows else ""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import django_filters
@@ -21,6 +22,7 @@ from api import serializers as s
 from api.common import Conflict, cluster_for_manifests, now, require_write, signed_in
 from api.events import event_page
 from api.parsers import MANIFEST_PARSERS, manifest_text
+from clusters.models import Cluster
 from events.services import numbered_events
 from teams.services import request_scope
 from teams.visibility import redact
@@ -85,6 +87,30 @@ class WorkloadFilter(django_filters.FilterSet):  # type: ignore[misc]  # untyped
         return queryset.filter(workloads__phase=value).distinct()
 
 
+def _written(
+    request: Request, cluster: Cluster, applied: list[services.Applied]
+) -> list[KubeObject]:
+    """The workload objects an apply wrote, by id, as a response shows them. Those it created
+    are as it stored them, unless admission ran in the request and may have changed them (a
+    worker may admit them meanwhile too: the response shows them as they were committed);
+    the others are read again. Not through get_queryset: all of it is of workload kinds and in
+    `cluster`, whose kind filter and join cost more than the read itself."""
+    as_stored = [] if services.admits_in_request(cluster) else [a for a in applied if a.stored]
+    objects = []
+    for a in as_stored:
+        assert a.stored is not None
+        setattr(a.stored, s.WORKLOADS_ATTR, list(a.workloads))
+        objects.append(a.stored)
+    taken = {a.pk for a in as_stored}
+    reread = [a.pk for a in applied if a.kind not in QUEUE_KINDS and a.pk not in taken]
+    if reread:
+        written = KubeObject.objects.filter(pk__in=reread).prefetch_related(s.WITH_WORKLOADS)
+        objects.extend(request_scope(request).filter(written))
+    for obj in objects:
+        obj.cluster = cluster
+    return sorted(objects, key=attrgetter("pk"))
+
+
 class WorkloadViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -101,7 +127,7 @@ class WorkloadViewSet(
             # With the opaque owners of workloads submitted outside Accelplane (a RayJob, a Pod).
             KubeObject.objects.filter(Q(kind__in=WORKLOAD_KINDS) | Q(managed_elsewhere=True))
             .select_related("cluster")
-            .prefetch_related("workloads")
+            .prefetch_related(s.WITH_WORKLOADS)
             .order_by("id")
         )
         return request_scope(self.request).filter(objects)
@@ -132,21 +158,12 @@ class WorkloadViewSet(
             authorize=submission_check(request_scope(request)),
             actor=signed_in(request),
         )
-        # Read again: admission may have changed them. Not through get_queryset: what this
-        # request wrote besides queue objects is of workload kinds, and all of it is in
-        # `cluster`; its kind filter and join cost more than the read itself.
-        written = KubeObject.objects.filter(
-            pk__in=[a.pk for a in applied if a.kind not in QUEUE_KINDS]
-        )
-        objects = list(
-            request_scope(request).filter(written).prefetch_related("workloads").order_by("id")
-        )
-        for obj in objects:
-            obj.cluster = cluster
         created = any(a.action == "created" for a in applied)
         body = {
             "applied": [{"key": a.key, "action": a.action} for a in applied],
-            "objects": s.WorkloadObjectSerializer(objects, many=True).data,
+            "objects": s.WorkloadObjectSerializer(
+                _written(request, cluster, applied), many=True
+            ).data,
         }
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -84,6 +85,10 @@ class Applied:
     action: str  # created | configured | unchanged
     pk: int
     """Of the stored row: a KubeObject, or the Kueue kind's own model for queue objects."""
+    stored: KubeObject | None = None
+    """A workload object this apply created, as it stored it (its `cluster` loaded)."""
+    workloads: tuple[Workload, ...] = ()
+    """`stored`'s Kueue workloads as it stored them, in replica order."""
 
     @property
     def kind(self) -> str:
@@ -172,10 +177,16 @@ def _admit(cluster: Cluster, now: datetime, admit: Admit) -> None:
         # Kueue's decision only: the simulator must not run a real cluster's pods.
         admission.admit_pending(cluster, now)
         return
-    if admit is Admit.AS_CONFIGURED and settings.ACCELPLANE_ADMISSION == "worker":
+    if admit is Admit.AS_CONFIGURED and not admits_in_request(cluster):
         tasks.admit_soon(cluster)
     else:
         admission.settle(cluster, now)
+
+
+def admits_in_request(cluster: Cluster) -> bool:
+    """Whether `apply` (as configured) runs admission before it returns, changing what it
+    stored: on a simulated cluster unless workers admit (ACCELPLANE_ADMISSION=worker)."""
+    return cluster.provider == Cluster.Provider.SIM and settings.ACCELPLANE_ADMISSION != "worker"
 
 
 class _Lookups:
@@ -309,9 +320,11 @@ class _NewObject:
     shape: WorkloadShape | None
     priority: tuple[int, str] | None
     """(value, class name) of its workloads; None when it is not queued."""
+    workloads: list[Workload] = dataclasses.field(default_factory=list)
+    """Its Kueue workloads, once inserted."""
 
     def applied(self) -> Applied:
-        return Applied(self.document.key, "created", self.obj.pk)
+        return Applied(self.document.key, "created", self.obj.pk, self.obj, tuple(self.workloads))
 
 
 class _NewObjects:
@@ -351,6 +364,7 @@ class _NewObjects:
             rows.append(_workload_rows(new.obj, new.shape, replicas, now, *new.priority))
         bulk.create([row for object_rows in rows for row in object_rows])
         for new, object_rows in zip(pending, rows, strict=True):
+            new.workloads.extend(object_rows)
             obj, shape = new.obj, new.shape
             object_event("object.created", obj, now, message=f"{obj.key} created")
             if shape is None:

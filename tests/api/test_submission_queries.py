@@ -27,13 +27,13 @@ pytestmark = pytest.mark.django_db
 #  9. the last seq (SQLite only: it numbers events as it writes them)
 # 10. INSERT its events (object.created, workload.submitted)
 # 11. RELEASE SAVEPOINT (COMMIT outside a test)
-# 12. the response: the stored objects ...
-# 13. ... and their workloads
+# and nothing read for the response: it shows what was created as it was stored (admitting in
+# the request, the objects are read again, and their workloads: two queries more)
 # and after the commit, on PostgreSQL, numbering the events (events.services, alone here:
 # under load a writer that finds the lock taken leaves its events to the holder): SAVEPOINT
 # (BEGIN), the event log's lock if free, bitmap scans off, the numbering UPDATE, bitmap scans
 # back, RELEASE SAVEPOINT (COMMIT), and a look for events committed meanwhile.
-SUBMISSION_QUERIES = 13
+SUBMISSION_QUERIES = 11
 
 LEADER_WORKER_SET = """\
 apiVersion: leaderworkerset.x-k8s.io/v1
@@ -158,3 +158,30 @@ def test_a_submission_admitted_in_the_request_is_scheduled_once(alice, settings,
     response = post_manifests(alice, job("inline", pods=1, gpus=1), namespace="llm")
     assert response.json()["objects"][0]["phase"] == "Admitted"
     assert scheduled == ["llm-cluster"]
+
+
+def test_what_a_submission_answers_without_reading_back_is_what_was_stored(alice, settings):
+    """With workers admitting, the objects a submission created are answered as it stored
+    them, not read again: each is as the API reads it afterwards; one changed by the same
+    apply (configured) is read again."""
+    settings.ACCELPLANE_ADMISSION = "worker"
+    post_manifests(alice, job("resubmitted", pods=1, gpus=1), namespace="llm")
+    documents = "---\n".join(
+        [
+            job("resubmitted", pods=2, gpus=1),
+            LEADER_WORKER_SET.format(name="serving", replicas=2),
+            job("fresh", pods=1, gpus=1),
+        ]
+    )
+    response = post_manifests(alice, documents, namespace="llm")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+
+    assert [a["action"] for a in body["applied"]] == ["configured", "created", "created"]
+    answered = body["objects"]
+    assert [o["name"] for o in answered] == ["resubmitted", "serving", "fresh"]  # by id
+    assert [len(o["workloads"]) for o in answered] == [1, 2, 1]
+    for obj in answered:
+        stored = alice.get(f"/api/v1/workloads/{obj['id']}").json()
+        stored.pop("checkpoint_token", None)
+        assert obj == stored
