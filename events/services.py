@@ -221,7 +221,7 @@ def _number_left_behind() -> None:
     another has taken the lock since (and looks in turn when it lets go). That commit came
     after theirs, so this read sees them."""
     while Event.objects.filter(seq__isnull=True).exists():
-        if _numbered_in_turn(wait=False) is None:
+        if not _numbered_in_turn(wait=False):  # another's turn (or nothing left after all)
             return
 
 
