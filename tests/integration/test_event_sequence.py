@@ -15,23 +15,25 @@ from events.models import Event
 from events.services import new_event, numbered_events, record_event, record_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
-NUMBER_IN_PLACE = services.NUMBER_IN_PLACE_FROM
 
 
 class Writer(threading.Thread):
-    """Records one event in its own transaction, holding it open until `release` is set."""
+    """Records `batch` events in its own transaction, holding it open until `release` is set;
+    a batch of NUMBER_IN_PLACE is numbered as it is written, under the event log's lock."""
 
-    def __init__(self, kind, release=None):
+    def __init__(self, kind, release=None, batch=1):
         super().__init__()
-        self.kind, self.release = kind, release
+        self.kind, self.release, self.batch = kind, release, batch
         self.recorded = threading.Event()
-        self.event = None
+        self.event = None  # the last one
         self.error = None
 
     def run(self):
         try:
             with transaction.atomic():
-                self.event = record_event(self.kind, at=timezone.now(), message=self.kind)
+                at = timezone.now()
+                events = [new_event(self.kind, at=at, message=self.kind) for _ in range(self.batch)]
+                self.event = record_events(events)[-1]
                 self.recorded.set()
                 if self.release is not None:
                     self.release.wait(10)
@@ -41,60 +43,42 @@ class Writer(threading.Thread):
             connection.close()
 
 
+def while_open(first, second, meanwhile=lambda: None):
+    """`second` run to its end while `first` holds its transaction open, then `first` let
+    commit: whether `second` ended while `first` was open, and what `meanwhile` returned then."""
+    first.start()
+    assert first.recorded.wait(10)
+    second.start()
+    second.join(10)
+    ended = not second.is_alive()
+    seen = meanwhile()
+    first.release.set()
+    first.join(10)
+    assert (first.error, second.error) == (None, None)
+    return ended, seen
+
+
 def numbered():
     return list(numbered_events().order_by("seq").values_list("kind", "seq"))
 
 
 def test_a_writer_does_not_wait_for_an_open_one_and_seqs_follow_the_commits():
-    release = threading.Event()
-    earlier, later = Writer("earlier", release), Writer("later")
-    earlier.start()
-    assert earlier.recorded.wait(10)
+    earlier, later = Writer("earlier", threading.Event()), Writer("later")
 
-    later.start()
-    later.join(10)
-    later_finished_first = not later.is_alive()
-    visible_while_earlier_is_open = numbered()
-    release.set()
-    earlier.join(10)
+    later_finished_first, visible_while_earlier_is_open = while_open(earlier, later, numbered)
 
-    assert (earlier.error, later.error) == (None, None)
     assert later_finished_first
     assert visible_while_earlier_is_open == [("later", later.event.seq)]
     # Numbered when it committed: after what a reader has seen, and with no gap.
     assert numbered() == [("later", later.event.seq), ("earlier", later.event.seq + 1)]
 
 
-class BatchWriter(Writer):
-    """Records a batch numbered in place, which holds the event log's lock until its commit."""
-
-    def run(self):
-        try:
-            with transaction.atomic():
-                at = timezone.now()
-                batch = [new_event(self.kind, at=at, message="") for _ in range(NUMBER_IN_PLACE)]
-                self.event = record_events(batch)[-1]
-                self.recorded.set()
-                self.release.wait(10)
-        except Exception as error:
-            self.error = error
-        finally:
-            connection.close()
-
-
 def test_a_writer_finding_the_lock_taken_leaves_its_events_to_the_holder_and_does_not_wait():
-    release = threading.Event()
-    holder, writer = BatchWriter("admitted", release), Writer("submitted")
-    holder.start()
-    assert holder.recorded.wait(10)
+    holder = Writer("admitted", threading.Event(), batch=services.NUMBER_IN_PLACE_FROM)
+    writer = Writer("submitted")
 
-    writer.start()
-    writer.join(10)
-    returned_while_the_lock_was_held = not writer.is_alive()
-    release.set()
-    holder.join(10)
+    returned_while_the_lock_was_held, _ = while_open(holder, writer)
 
-    assert (holder.error, writer.error) == (None, None)
     assert returned_while_the_lock_was_held
     assert writer.event.seq is None  # numbered by the holder, as it let go of the lock
     stored = Event.objects.get(pk=writer.event.pk).seq  # read without numbering anything
