@@ -6,13 +6,13 @@ on JSON columns: `update_rows` joins the new values in with `UPDATE ... FROM (VA
 compiles each value through the ORM: `insert_rows` binds the values straight away, and `create`
 inserts instances so. None sends signals or calls `save()`; only `create` calls `pre_save()`.
 
-On PostgreSQL the rows go as one array per column, `unnest`ed (as `bulk_create` does since
-Django 5.2): a statement has a parameter per column rather than per value, which psycopg
-composes without scanning a query of thousands of placeholders, and the arrays' types make
-casts needless. From `COPY_MIN_ROWS` rows on, they go by COPY, cheaper still (psycopg formats
-the rows in C): straight into the table for `insert_rows`, into a temporary table that one
-UPDATE joins in for `update_rows`. COPY goes past Django's cursor wrapper: its statements are
-not in `connection.queries` (the UPDATE is).
+On PostgreSQL the rows (two or more) go as one array per column, `unnest`ed (as
+`bulk_create` does since Django 5.2): a statement has a parameter per column rather than per
+value, which psycopg composes without scanning a query of thousands of placeholders, and the
+arrays' types make casts needless. From `COPY_MIN_ROWS` rows on, they go by COPY, cheaper
+still (psycopg formats the rows in C): straight into the table for `insert_rows`, into a
+temporary table that one UPDATE joins in for `update_rows`. COPY goes past Django's cursor
+wrapper: its statements are not in `connection.queries` (the UPDATE is).
 """
 
 from __future__ import annotations
@@ -208,6 +208,8 @@ def _execute(
     if types and not returning and len(rows) >= COPY_MIN_ROWS:
         return _copy(types, columns, rows, statement, into), []
     values = _prepared(columns, rows)
+    if types and len(rows) == 1:
+        types = None  # plain VALUES: psycopg dumps a value faster than a one-element array
     if types:
         per_statement = MAX_ROWS_PER_STATEMENT
         arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
