@@ -10,11 +10,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import Prefetch, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from controlplane.prepared import Param, Prepared
 from events.audit import json_time, record_audit
 from teams.models import ApiToken, Membership, Team, TeamNamespace
 
@@ -54,14 +55,21 @@ def scope_of(user: User | AnonymousUser) -> Scope:
         return Scope(False, frozenset(), frozenset())
     if user.is_staff:
         return Scope(True, frozenset(), frozenset())
-    rows = (
-        TeamNamespace.objects.filter(team__memberships__user=user)
-        .order_by()  # sets: the model's ordering would sort for nothing on every request
-        .values_list("name", "team__memberships__role")
-    )
+    rows = _NAMESPACES_OF.rows(user=user.pk)
     readable = frozenset(name for name, _ in rows)
     writable = frozenset(name for name, role in rows if role == Membership.Role.SUBMITTER)
     return Scope(False, readable, writable)
+
+
+# Built once (controlplane/prepared.py), as the token's look-up below: every request of a team
+# member asks them, and the ORM took longer to build them than the database to answer.
+_NAMESPACES_OF = Prepared(
+    lambda: (
+        TeamNamespace.objects.filter(team__memberships__user_id=Param("user"))
+        .order_by()  # sets: the model's ordering would sort for nothing
+        .values_list("name", "team__memberships__role")
+    )
+)
 
 
 def request_scope(request: HttpRequest) -> Scope:
@@ -90,16 +98,26 @@ def issue_token(
     return row, token
 
 
+_TOKEN_FIELDS = [field.attname for field in ApiToken._meta.concrete_fields]
+_USER_FIELDS = [field.attname for field in User._meta.concrete_fields]
+# The token's row and its user's, as `select_related("user")` reads them; unordered (the digest
+# is unique, and the model's ordering would sort for nothing).
+_LIVE_TOKEN = Prepared(
+    lambda: (
+        ApiToken.objects.filter(digest=Param("digest"), revoked_at__isnull=True)
+        .order_by()
+        .values_list(*_TOKEN_FIELDS, *(f"user__{name}" for name in _USER_FIELDS))
+    )
+)
+
+
 def authenticate(token: str, now: datetime | None = None) -> ApiToken | None:
     """The live token row for `token`, or None (unknown, revoked, or its user deactivated)."""
-    # get(), not first(): the digest is unique, and first() would sort (by created_at) for
-    # nothing on every API request.
-    try:
-        row = ApiToken.objects.select_related("user").get(
-            digest=_digest(token), revoked_at__isnull=True
-        )
-    except ApiToken.DoesNotExist:
+    found = _LIVE_TOKEN.rows(digest=_digest(token))
+    if not found:
         return None
+    row = ApiToken.from_db(DEFAULT_DB_ALIAS, _TOKEN_FIELDS, found[0][: len(_TOKEN_FIELDS)])
+    row.user = User.from_db(DEFAULT_DB_ALIAS, _USER_FIELDS, found[0][len(_TOKEN_FIELDS) :])
     if not row.user.is_active:
         return None
     now = now or timezone.now()
