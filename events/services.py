@@ -208,7 +208,7 @@ def _number_after_commit(mine: Sequence[Event]) -> None:
     if numbered is None:
         return
     seqs = {event.pk: event.seq for event in numbered}
-    if any(event.pk not in seqs for event in mine):  # a reader was first
+    if any(event.pk not in seqs for event in mine):  # another numbered them first
         seqs.update(Event.objects.filter(pk__in=[e.pk for e in mine]).values_list("pk", "seq"))
     for event in mine:
         event.seq = seqs.get(event.pk)
