@@ -95,14 +95,14 @@ def _written(
     worker may admit them meanwhile too: the response shows them as they were committed);
     the others are read again. Not through get_queryset: all of it is of workload kinds and in
     `cluster`, whose kind filter and join cost more than the read itself."""
-    as_stored = [] if services.admits_in_request(cluster) else [a for a in applied if a.stored]
-    objects = []
-    for a in as_stored:
-        assert a.stored is not None
-        setattr(a.stored, s.WORKLOADS_ATTR, list(a.workloads))
-        objects.append(a.stored)
-    taken = {a.pk for a in as_stored}
-    reread = [a.pk for a in applied if a.kind not in QUEUE_KINDS and a.pk not in taken]
+    as_stored = not services.admits_in_request(cluster)
+    objects, reread = [], []
+    for a in applied:
+        if as_stored and a.stored is not None:
+            setattr(a.stored, s.WORKLOADS_ATTR, list(a.workloads))
+            objects.append(a.stored)
+        elif a.kind not in QUEUE_KINDS:
+            reread.append(a.pk)
     if reread:
         written = KubeObject.objects.filter(pk__in=reread).prefetch_related(s.WITH_WORKLOADS)
         objects.extend(request_scope(request).filter(written))
