@@ -336,10 +336,13 @@ def _holds(usage: Mapping[s.FlavorResource, int]) -> list[dict[str, str]]:
     ]
 
 
-def _position(row: Workload, cq: s.ClusterQueue, reads: _ClusterReads) -> dict[str, Any]:
+def _position(row: Workload, cq: s.ClusterQueue, reads: _ClusterReads) -> dict[str, Any] | None:
     """1-based places in its LocalQueue and ClusterQueue, in Kueue's heap order (sticky
-    preemptor, priority, queue timestamp, name); parked workloads keep their place."""
+    preemptor, priority, queue timestamp, name); parked workloads keep their place. None if it
+    left the queue after `row` was read (an admission run admitted it meanwhile)."""
     order = reads.pending_in_order(cq)
+    if not any(w.pk == row.pk for w in order):
+        return None
     local_queue = (row.namespace, row.queue_name)
     return {
         "cluster_queue": _place(order, row, cq.name),
@@ -385,8 +388,11 @@ def _partial(row: Workload, assignments: Iterable[Mapping[str, Any]]) -> str:
 
 
 def _summary_pending(row: Workload, report: Mapping[str, Any]) -> str:
-    position = report["position"]["cluster_queue"]
-    place = f"position {position['position']} of {position['pending']} in {position['name']}"
+    if report["position"] is None:
+        place = "no longer queued: admitted or removed since it was read"
+    else:
+        position = report["position"]["cluster_queue"]
+        place = f"position {position['position']} of {position['pending']} in {position['name']}"
     verdict = report["flavors"]
     if verdict["fits"]:
         partial = _partial(row, verdict["pod_sets"])

@@ -203,6 +203,20 @@ def test_pending_workloads_are_placed_by_priority_then_queue_time(gpu_queues):
     }
 
 
+def test_a_workload_admitted_after_it_was_read_has_no_place_in_the_queue(gpu_queues):
+    """The workload page reads the row, then the queue: a run may admit it in between (the
+    page answered 500 when it looked for the row in a queue it had left)."""
+    apply(gpu_queues, deployment(replicas=3), at())  # all 6 GPUs
+    apply(gpu_queues, job("first", pods=1), at(seconds=1))
+    read = workload_of("first")
+    Workload.objects.filter(pk=read.pk).update(phase=Workload.Phase.ADMITTED)
+
+    report = explain(read, at(seconds=2))
+
+    assert report["position"] is None
+    assert "no longer queued" in report["summary"]
+
+
 def test_a_workload_whose_local_queue_is_gone_says_so(gpu_queues):
     # Submitted, then its LocalQueue deleted before any scheduling cycle saw it.
     services.apply(
