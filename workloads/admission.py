@@ -125,11 +125,11 @@ def advance(cluster: Cluster, start: datetime, end: datetime) -> None:
 
 def tick_live() -> None:
     """Live mode (Celery beat): every running sim cluster catches up with everything due now;
-    the releases of capacity no run counted are counted."""
+    the releases of capacity due to be counted that no run counted are counted."""
     now = timezone.now()
     for cluster in Cluster.objects.filter(status=Cluster.Status.RUNNING, provider="sim"):
         advance(cluster, now, now)
-    parking.count_noted()
+    parking.count_noted(now)
 
 
 def admit_pending(
@@ -147,7 +147,7 @@ def admit_pending(
         config = cluster_scheduling_config(cluster)
         fairsharing.sample(cluster, now, config.admission_fair_sharing)
         rows = admission_cache.active_rows if settings.ADMISSION_CACHE else query_active_rows
-        snap = load(cluster, heads_per_queue, rows, parking.counted(cluster.pk), config)
+        snap = load(cluster, heads_per_queue, rows, parking.counted(cluster.pk, now), config)
         decisions = scheduler.schedule(snap.snapshot, max_admissions=max_admissions)
         _Writer(cluster, snap, now).write(decisions)
         _charge_local_queues(snap, decisions)

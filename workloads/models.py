@@ -492,7 +492,7 @@ class WorkloadChange(models.Model):
     parked_release = models.BigIntegerField(null=True)
     """The new `Workload.parked_release` when an update changed nothing else admission reads
     (migration 0017): the cache parks it in memory without reading the row. Kueue moves
-    inadmissible workloads back to their queues after every release of capacity, and the
+    inadmissible workloads back to their queues a second after a release of capacity, and the
     heads that still do not fit are parked again at the next run: most changes of a busy
     cluster are these."""
     batch = models.BigIntegerField(null=True)
@@ -522,8 +522,9 @@ class WorkloadChangeLog(models.Model):
     batch = models.BigIntegerField(default=0)
     pruned = models.BigIntegerField(default=0)
     releases = models.BigIntegerField(default=0)
-    """How many admission runs found capacity released (`CapacityRelease`) since the last:
-    a workload parked at a lower count is back in its queue (workloads/parking.py)."""
+    """How many admission runs requeued the parked workloads, a second after a release of
+    capacity (`CapacityRelease`): a workload parked at a lower count is back in its queue
+    (workloads/parking.py)."""
 
     def __str__(self) -> str:
         return f"{self.cluster_id}: batch {self.batch}, pruned through {self.pruned}"
@@ -531,11 +532,18 @@ class WorkloadChangeLog(models.Model):
 
 class CapacityRelease(models.Model):
     """Capacity was released on a cluster (a workload finished, was evicted or deleted; a
-    queue changed): inserted by the releasing transaction, consumed by the next admission run,
-    which counts a release in `WorkloadChangeLog.releases` (workloads/parking.py). Inserted,
-    never updated: a release takes no lock an admission run holds."""
+    queue changed): inserted by the releasing transaction, consumed by the first admission run
+    a requeue batch after the earliest one, which counts a release in
+    `WorkloadChangeLog.releases` (workloads/parking.py). Inserted, never updated: a release
+    takes no lock an admission run holds."""
 
-    cluster_id = models.BigIntegerField(db_index=True)
+    cluster_id = models.BigIntegerField()
+    at = models.DateTimeField()
+    """When it was released, on the clock of the cluster's admission runs (virtual in a
+    replay): Kueue requeues a batch period after the first release it has not requeued."""
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster_id", "at"], name="capacity_release_at_idx")]
 
     def __str__(self) -> str:
         return f"capacity released on cluster {self.cluster_id}"

@@ -268,7 +268,7 @@ def stop_evicted(cluster: Cluster, now: datetime) -> bool:
         Workload, "pk", _EVICTED_FIELDS, [(row.pk, *_evicted_values(row)) for row in rows]
     )
     record_events(events)
-    unpark(cluster)
+    unpark(cluster, now)
     return True
 
 
@@ -384,10 +384,10 @@ def _end_backoff(cluster: Cluster, now: datetime) -> bool:
     return bool(rows)
 
 
-def unpark(cluster: Cluster) -> None:
-    """Capacity was released: Kueue moves inadmissible workloads back to their queues (at the
-    next admission run, workloads/parking.py)."""
-    parking.release(cluster.pk)
+def unpark(cluster: Cluster, at: datetime) -> None:
+    """Capacity was released at `at`: Kueue moves inadmissible workloads back to their queues
+    a batch period later (workloads/parking.py)."""
+    parking.release(cluster.pk, at)
 
 
 def _promote_checked(cluster: Cluster, now: datetime) -> bool:
@@ -700,7 +700,7 @@ def finish(rows: Sequence[Workload], at: datetime, phase: str) -> None:
     record_events(
         [workload_event_row(kind, row, at, f"{row.owner.key} {phase.lower()}") for row in rows]
     )
-    unpark(rows[0].cluster)
+    unpark(rows[0].cluster, at)
 
 
 def _pods_ready_times(cluster: Cluster) -> list[datetime]:
@@ -740,7 +740,7 @@ def next_event_at(cluster: Cluster) -> datetime | None:
         if candidates:
             times.append(_time_of_step(row, min(candidates)))
     times += _pods_ready_times(cluster)
-    activation = slicing.next_activation(cluster)
-    if activation is not None:
-        times.append(activation)
+    for at in (slicing.next_activation(cluster), parking.next_requeue(cluster.pk)):
+        if at is not None:
+            times.append(at)
     return min(times) if times else None

@@ -435,7 +435,7 @@ def _apply_queue_object(
         cluster, doc.kind, doc.namespace, doc.key, action, now, actor, before=before, after=after
     )
     # Queue, flavor or cohort changes may make room: Kueue requeues inadmissible workloads.
-    runtime.unpark(cluster)
+    runtime.unpark(cluster, now)
     return Applied(doc.key, action, row.pk)
 
 
@@ -809,7 +809,7 @@ def _scale_to(
                 _remove(current[index], now)
             else:
                 Pod.objects.filter(pk__in=[p.pk for p in replicas_now[index]]).delete()
-        runtime.unpark(obj.cluster)
+        runtime.unpark(obj.cluster, now)
     object_event(
         "workload.scaled",
         obj,
@@ -835,7 +835,7 @@ def _remove_workloads(obj: KubeObject, now: datetime) -> None:
     for row in obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES):
         _remove(row, now)
     obj.pods.all().delete()
-    runtime.unpark(obj.cluster)
+    runtime.unpark(obj.cluster, now)
 
 
 def delete(obj: KubeObject, now: datetime, *, admit: Admit = Admit.AS_CONFIGURED) -> None:
@@ -902,7 +902,7 @@ def delete_queue_object(
         _record_queue_change(
             cluster, kind, namespace, row.key, "deleted", now, actor, before=rendered(row)
         )
-        runtime.unpark(cluster)
+        runtime.unpark(cluster, now)
     _admit(cluster, now, admit)
 
 

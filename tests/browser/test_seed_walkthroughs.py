@@ -208,6 +208,8 @@ def test_gpu_mixed_training_and_inference(server, context, log_in, admin, provid
 
     # Load drops: the fine-tune is admitted again and resumes from its latest checkpoint.
     scale(tgi_page, 1)
+    time.sleep(1)  # Kueue requeues the parked fine-tune a second after the release (beat's tick)
+    clock.catch_up()
     expect(detail.locator("#object-phase")).to_have_text("Admitted")
     time.sleep(2)
     clock.catch_up()

@@ -1,8 +1,8 @@
 """A release of capacity that commits while an admission run decides must requeue what that run
-parks: Kueue requeues, rather than parks, a workload its scheduler popped before a release it
-had not seen. When a release cleared the parked rows, it missed the row the run was parking
-(still unparked when the release ran): the workload stayed parked, capacity free, until some
-other release (workloads/parking.py)."""
+parks: Kueue requeues, rather than parks, a workload its scheduler popped before a requeue it
+had not seen (here the first run a second after the release). When a release cleared the parked
+rows, it missed the row the run was parking (still unparked when the release ran): the workload
+stayed parked, capacity free, until some other release (workloads/parking.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_a_release_committed_while_a_run_decides_requeues_what_the_run_parks(
     gpu_queues, monkeypatch
 ):
     big = submit(gpu_queues, "big", gpus=6)
-    admission.admit_pending(gpu_queues, at())
+    admission.admit_pending(gpu_queues, at(seconds=1))  # the queues' own releases counted too
     small = submit(gpu_queues, "small", gpus=2)
     decided, go_on = threading.Event(), threading.Event()
     write = admission._Writer.write
@@ -40,14 +40,14 @@ def test_a_release_committed_while_a_run_decides_requeues_what_the_run_parks(
         write(writer, decisions)
 
     monkeypatch.setattr(admission._Writer, "write", write_once_released)
-    run = InThread(lambda: admission.admit_pending(gpu_queues, at(seconds=1)))
+    run = InThread(lambda: admission.admit_pending(gpu_queues, at(seconds=2)))
     run.start()
     assert decided.wait(10)
 
     def finish_big():  # a request or a watch, meanwhile: `big` ends, its quota is free
         with transaction.atomic():
             row = Workload.objects.select_related("owner", "cluster").get(pk=big.pk)
-            runtime.finish([row], at(seconds=1), Workload.Phase.FINISHED)
+            runtime.finish([row], at(seconds=2), Workload.Phase.FINISHED)
 
     finishing = InThread(finish_big)
     finishing.start()
@@ -60,7 +60,7 @@ def test_a_release_committed_while_a_run_decides_requeues_what_the_run_parks(
     assert small.parked_release is not None  # parked by the run, at the count it read
     monkeypatch.undo()
 
-    decisions = admission.admit_pending(gpu_queues, at(seconds=2))
+    decisions = admission.admit_pending(gpu_queues, at(seconds=3))  # the requeue's batch ends
 
     assert [a.workload for a in decisions.admitted] == [f"{NAMESPACE}/{small.name}"]
     small.refresh_from_db()

@@ -203,15 +203,17 @@ def test_a_release_changes_no_row_and_parking_again_reaches_the_cache_without_a_
         return rows
 
     before = parking.releases(gpu_queues.pk)
-    runtime.unpark(gpu_queues)  # noted: the next run counts it
+    runtime.unpark(gpu_queues, at())  # noted: the first run a second later counts it
     assert _noted(gpu_queues) == []
-    count = parking.counted(gpu_queues.pk)
+    count = parking.counted(gpu_queues.pk, at(seconds=1))
     assert count == before + 1
     assert small.pk in [row[0] for row in cached_rows(count)]
 
     admission.admit_pending(gpu_queues, at(seconds=1))  # parked again, for the same reason
     assert _noted(gpu_queues) == [(small.pk, count)]
-    assert small.pk not in [row[0] for row in cached_rows(parking.counted(gpu_queues.pk))]
+    assert small.pk not in [
+        row[0] for row in cached_rows(parking.counted(gpu_queues.pk, at(seconds=1)))
+    ]
 
 
 def test_a_parking_change_after_another_change_reads_the_row(gpu_queues, unverified):
@@ -282,7 +284,7 @@ def test_a_run_that_fails_half_way_is_not_trusted(gpu_queues, monkeypatch):
 
     def failing_run():
         with transaction.atomic():
-            runtime.unpark(gpu_queues)  # `small` back in its queue, in memory
+            runtime.unpark(gpu_queues, at(seconds=2))  # `small` back in its queue, in memory
             Workload.objects.filter(pk=big.pk).update(priority=big.priority + 1)  # to read
             monkeypatch.setattr(admission_cache, "read_rows_by_pk", cancelled)
             admission.admit_pending(gpu_queues, at(seconds=3))
