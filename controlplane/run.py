@@ -54,10 +54,12 @@ def web_command(server: str, port: str) -> list[str]:
     # As daphne is started above: X-Forwarded-* not trusted (uvicorn trusts them from
     # 127.0.0.1 by default), no lifespan events (Channels' router refuses them), idle
     # keep-alive connections closed after 60 s (Twisted's timeout; uvicorn's is 5 s). The
-    # access log stays on, on stdout, as daphne's. [standard] gives uvloop and httptools,
-    # which uvicorn picks by itself.
+    # access log stays on, on stdout, as daphne's. HTTP parsed by h11, which stops at 16 KiB
+    # of an incomplete request line and headers (httptools, uvicorn's choice when installed,
+    # buffered a header line without limit: tests/security/test_web_servers.py). [standard]
+    # gives uvloop and the websockets library, which uvicorn picks by itself.
     return [
-        *(python, "-m", "uvicorn", "--host", HOST, "--port", port),
+        *(python, "-m", "uvicorn", "--host", HOST, "--port", port, "--http", "h11"),
         *("--no-proxy-headers", "--lifespan", "off", "--timeout-keep-alive", "60"),
         ASGI_APPLICATION,
     ]

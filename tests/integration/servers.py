@@ -7,7 +7,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from controlplane import run
 from tests.integration.workers import ROOT, stop
 
 
@@ -127,20 +127,22 @@ class PrivatePostgres:
 
 
 @contextmanager
-def web_server(env: Mapping[str, str], log: Path) -> Iterator[int]:
-    """daphne serving Accelplane on a free port with `env`; stopped on exit."""
+def web_server(
+    env: Mapping[str, str], log: Path, server: str = run.DEFAULT_WEB_SERVER
+) -> Iterator[int]:
+    """`server` (daphne, or uvicorn) serving Accelplane on a free port with `env`, started as
+    `make run` starts it; stopped on exit."""
     port = free_port()
     with log.open("w") as output:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-            + ["controlplane.asgi:application"],
+        process = subprocess.Popen(
+            run.web_command(server, str(port)),
             cwd=ROOT,
             env={**os.environ, "DEBUG": "true", **env},
             stdout=output,
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_for_port(port, 30, "daphne")
+            wait_for_port(port, 30, server)
             yield port
         finally:
-            stop(server)
+            stop(process)
