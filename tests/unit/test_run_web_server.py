@@ -1,29 +1,32 @@
-"""`make run` and `make stack` start their web servers with daphne or uvicorn, as
-ACCELPLANE_WEB_SERVER says; any other value stops the launcher before it starts anything
-(controlplane/run.py, issue 15)."""
+"""`make run` and `make stack` start their web servers with uvicorn or daphne, as
+ACCELPLANE_WEB_SERVER says, and Compose as `make stack` does; any other value stops the
+launcher before it starts anything (controlplane/run.py, issue 15)."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from daphne.cli import CommandLineInterface
 from uvicorn.main import main as uvicorn_main
 
 from controlplane import run
 
 APP = "controlplane.asgi:application"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def webs(commands: dict[str, list[str]]) -> dict[str, list[str]]:
     return {name: command for name, command in commands.items() if name.startswith("web-")}
 
 
-def test_daphne_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_uvicorn_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ACCELPLANE_WEB_SERVER", raising=False)
-    assert run.web_server() == "daphne"
+    assert run.web_server() == "uvicorn"
     monkeypatch.setenv("ACCELPLANE_WEB_SERVER", "")  # set but empty: as unset
-    assert run.web_server() == "daphne"
+    assert run.web_server() == "uvicorn"
 
 
 @pytest.mark.parametrize("server", ["daphne", "uvicorn"])
@@ -39,7 +42,7 @@ def test_daphne_serves_the_app_on_each_port() -> None:
         f"web-{port}": [sys.executable, "-m", "daphne", "-b", run.HOST, "-p", port, APP]
         for port in (run.PORT, second)
     }
-    assert run.commands(1, 1) == run.commands(1, 1, "daphne")
+    assert run.commands(1, 1) == run.commands(1, 1, "uvicorn")
 
 
 def test_uvicorn_serves_the_same_app_as_daphne_does() -> None:
@@ -94,3 +97,12 @@ def test_another_value_is_refused_before_anything_starts(
     assert capsys.readouterr().err.strip() == (
         f"ACCELPLANE_WEB_SERVER={value!r} is not a web server: use one of daphne, uvicorn"
     )
+
+
+def test_compose_starts_the_default_web_server_as_make_stack_does() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    command = compose["services"]["web"]["command"].split()
+
+    expected = run.web_command(run.DEFAULT_WEB_SERVER, "8000")
+    expected[expected.index(run.HOST)] = "0.0.0.0"  # noqa: S104 - the container's interfaces
+    assert command == ["python", *expected[1:]]
