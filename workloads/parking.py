@@ -124,16 +124,9 @@ _FIRST_NOTED = Prepared(
 _ANY_PARKED = Prepared(
     lambda: (
         Workload.objects.filter(
+            parked_at(_count(Param("cluster"))),
             cluster_id=Param("cluster"),
             phase=Workload.Phase.PENDING,
-            parked_release__gte=Coalesce(
-                Subquery(
-                    WorkloadChangeLog.objects.filter(cluster_id=Param("cluster")).values(
-                        "releases"
-                    )[:1]
-                ),
-                Value(0),
-            ),
         )
         .order_by()
         .values_list("pk", flat=True)[:1]
@@ -158,5 +151,10 @@ def parked(count: int | Combinable) -> Coalesce:
 def parked_now() -> Coalesce:
     """For `annotate`: whether a workload is parked now, as `releases` counts (rows of any
     cluster)."""
-    log = WorkloadChangeLog.objects.filter(cluster_id=OuterRef("cluster_id")).values("releases")
-    return parked(Coalesce(Subquery(log[:1]), Value(0)))
+    return parked(_count(OuterRef("cluster_id")))
+
+
+def _count(cluster: Param | OuterRef) -> Combinable:
+    """The cluster's count of requeues, in SQL: `cluster` is a parameter or a reference."""
+    log = WorkloadChangeLog.objects.filter(cluster_id=cluster).values("releases")
+    return Coalesce(Subquery(log[:1]), Value(0))
