@@ -215,6 +215,9 @@ if REDIS_URL:
         "visibility_timeout": 5,
         "unacked_restore_interval": 2,
         "unacked_restore_throttle": 1,
+        # One worker at a time hands tasks over, under a lock it holds for milliseconds; a
+        # worker killed while holding it would stop every hand-over for kombu's default 300 s.
+        "unacked_mutex_expire": 10,
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -63,6 +63,7 @@ def test_beat_starts_every_watch_of_a_cluster_on_the_watcher(fake_kube, start_wo
         ingested,
         WATCHED_WITHIN,
         "the Kueue Workload, the Node and the Pod ingested by the watcher",
+        start_worker.log_tails,
     )
     assert Node.objects.filter(cluster=cluster).count() == 1
     assert Event.objects.filter(kind="workload.admitted").count() == 1

@@ -14,6 +14,8 @@ from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from celery import current_app
+from django.conf import settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,13 +27,38 @@ def worker_database_url() -> str:
     return urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"]))
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+def wait_for(
+    condition: Callable[[], object],
+    timeout: float,
+    what: str,
+    evidence: Callable[[], str] | None = None,
+) -> None:
+    """Poll `condition` until it holds; fail naming `what`, with `evidence()` (the workers'
+    logs, say) so that a failure in CI says why."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
         time.sleep(0.05)
-    pytest.fail(f"{what} within {timeout:.0f} s")
+    detail = f"\n{evidence()}" if evidence else ""
+    pytest.fail(f"{what} within {timeout:.0f} s{detail}")
+
+
+def with_beat(condition: Callable[[], object], entry: str) -> Callable[[], object]:
+    """`condition`, running beat's `entry` (of CELERY_BEAT_SCHEDULE) in this process on its
+    schedule from now, as Celery beat would: its first run is one period after it starts."""
+    scheduled = settings.CELERY_BEAT_SCHEDULE[entry]
+    task, every = current_app.tasks[scheduled["task"]], float(scheduled["schedule"])
+    last = time.monotonic()
+
+    def check() -> object:
+        nonlocal last
+        if time.monotonic() - last >= every:
+            last = time.monotonic()
+            task()
+        return condition()
+
+    return check
 
 
 class InThread(threading.Thread):
@@ -90,6 +117,15 @@ class Workers:
         )
         self.started.append((worker, log))
         return worker
+
+    def log_tails(self, lines: int = 30) -> str:
+        """The last `lines` lines of each worker's log, for a failure message."""
+        tails = []
+        for number, (_, log) in enumerate(self.started):
+            log.flush()
+            text = Path(log.name).read_text(errors="replace").splitlines()[-lines:]
+            tails.append(f"--- worker {number} ---\n" + "\n".join(text))
+        return "\n".join(tails)
 
     def stop(self) -> None:
         for worker, log in self.started:
