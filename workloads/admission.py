@@ -123,13 +123,17 @@ def advance(cluster: Cluster, start: datetime, end: datetime) -> None:
         settle(cluster, at)
 
 
-def tick_live() -> None:
+def tick_live() -> list[int]:
     """Live mode (Celery beat): every running sim cluster catches up with everything due now;
-    the releases of capacity due to be counted that no run counted are counted."""
+    the releases of capacity due to be counted that no run counted are counted. Returns the
+    ids of the clusters advanced."""
     now = timezone.now()
+    advanced = []
     for cluster in Cluster.objects.filter(status=Cluster.Status.RUNNING, provider="sim"):
         advance(cluster, now, now)
+        advanced.append(cluster.pk)
     parking.count_noted(now)
+    return advanced
 
 
 def admit_pending(

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from events.models import Event
 from teams import services as teams
 from tests.integration.workers import wait_for
 from tests.support import NAMESPACE, job
+from workloads import parking
 from workloads.models import Workload
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SUBMISSIONS = 4  # 2 GPUs each: 8 GPUs asked of a 6-GPU queue
 ADMITTED_WITHIN = 30.0  # seconds: a worker's start-up plus one settle
+# Seconds after the release: Kueue's batch period (1 s), then the run. Beat, which would
+# requeue at its next tick anyway, does not run here.
+REQUEUED_WITHIN = 10.0
 
 
 @pytest.fixture
@@ -27,9 +32,8 @@ def submitter(gpu_queues):
     return client
 
 
-def test_submissions_answer_pending_and_a_worker_admits_them_within_quota(
-    settings, submitter, start_worker
-):
+def submit_and_admit(settings, submitter, start_worker):
+    """Four submissions answered Pending; a worker admits the three the quota holds."""
     settings.ACCELPLANE_ADMISSION = "worker"
     for i in range(SUBMISSIONS):
         response = submitter.post(
@@ -47,7 +51,37 @@ def test_submissions_answer_pending_and_a_worker_admits_them_within_quota(
     def admitted():
         return Workload.objects.filter(phase=Workload.Phase.ADMITTED).count() == 3
 
-    wait_for(admitted, ADMITTED_WITHIN, "three of four workloads admitted by the worker")
+    wait_for(
+        admitted, ADMITTED_WITHIN, "three of four admitted by the worker", start_worker.log_tails
+    )
+
+
+def test_submissions_answer_pending_and_a_worker_admits_them_within_quota(
+    settings, submitter, start_worker
+):
+    submit_and_admit(settings, submitter, start_worker)
     # The last does not fit the quota the first three hold: it waits, it is not over-admitted.
     assert Workload.objects.get(owner__name="train-3").phase == Workload.Phase.PENDING
     assert Event.objects.filter(kind="workload.admitted").count() == 3
+
+
+def test_a_parked_workload_is_requeued_a_second_after_capacity_is_released(
+    settings, submitter, start_worker
+):
+    submit_and_admit(settings, submitter, start_worker)
+    last = Workload.objects.get(owner__name="train-3")
+    assert last.parked_release is not None  # inadmissible: parked until a requeue
+    first = Workload.objects.get(owner__name="train-0")
+
+    released_after = timezone.now()
+    response = submitter.delete(f"/api/v1/workloads/{first.owner_id}")
+    assert response.status_code == 204, response.content
+
+    def requeued_and_admitted():
+        return Workload.objects.filter(pk=last.pk, phase=Workload.Phase.ADMITTED).exists()
+
+    # The deletion's own run (0.2 s after it) leaves train-3 parked; the requeue a second
+    # after the release admits it, as Kueue's requeuer would.
+    wait_for(requeued_and_admitted, REQUEUED_WITHIN, "train-3 admitted", start_worker.log_tails)
+    last.refresh_from_db()
+    assert last.admitted_at >= released_after + parking.REQUEUE_BATCH
