@@ -35,16 +35,25 @@ def _settle_queued(cluster_id: int) -> str:
 
 def admit_soon(cluster: Cluster) -> None:
     """Queue admission for the cluster once this transaction commits, once per burst."""
+    transaction.on_commit(
+        lambda: _settle_once(
+            cluster.pk,
+            _settle_queued(cluster.pk),
+            SETTLE_QUEUED_SECONDS,
+            countdown=SETTLE_DELAY_SECONDS,
+        )
+    )
 
-    def enqueue() -> None:
-        try:
-            if cache.add(_settle_queued(cluster.pk), True, timeout=SETTLE_QUEUED_SECONDS):
-                settle_cluster.apply_async((cluster.pk,), countdown=SETTLE_DELAY_SECONDS)
-        except (RedisError, OperationalError) as error:
-            # The change is committed; the live tick admits it once Redis is back.
-            logger.warning("admission of %s not queued: %s", cluster.name, error)
 
-    transaction.on_commit(enqueue)
+def _settle_once(cluster_id: int, key: str, timeout: int, **when: Any) -> None:
+    """A settle of the cluster (`when`: countdown or eta), unless one is already queued under
+    `key`, which stays taken for `timeout` seconds."""
+    try:
+        if cache.add(key, True, timeout=timeout):
+            settle_cluster.apply_async((cluster_id,), **when)
+    except (RedisError, OperationalError) as error:
+        # The change is committed; beat's live tick settles the cluster once Redis is back.
+        logger.warning("settle of cluster %s not queued: %s", cluster_id, error)
 
 
 @shared_task(ignore_result=True)
@@ -75,16 +84,8 @@ def requeue_on_time(cluster_id: int) -> None:
     if due is None:
         return
     wait = max(0.0, (due - timezone.now()).total_seconds())
-    try:
-        if cache.add(
-            f"accelplane:requeue-queued:{cluster_id}:{due.timestamp()}",
-            True,
-            timeout=math.ceil(wait) + SETTLE_QUEUED_SECONDS,
-        ):
-            settle_cluster.apply_async((cluster_id,), eta=due)
-    except (RedisError, OperationalError) as error:
-        # Beat's tick requeues it instead, a second or two later.
-        logger.warning("requeue of cluster %s not queued: %s", cluster_id, error)
+    key = f"accelplane:requeue-queued:{cluster_id}:{due.timestamp()}"
+    _settle_once(cluster_id, key, math.ceil(wait) + SETTLE_QUEUED_SECONDS, eta=due)
 
 
 @shared_task(ignore_result=True)

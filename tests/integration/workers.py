@@ -122,7 +122,6 @@ class Workers:
         """The last `lines` lines of each worker's log, for a failure message."""
         tails = []
         for number, (_, log) in enumerate(self.started):
-            log.flush()
             text = Path(log.name).read_text(errors="replace").splitlines()[-lines:]
             tails.append(f"--- worker {number} ---\n" + "\n".join(text))
         return "\n".join(tails)
