@@ -137,10 +137,11 @@ _deferred = threading.local()
 
 
 @contextmanager
-def deferred_events() -> Iterator[None]:
+def deferred_events(*, numbered_later: bool = False) -> Iterator[None]:
     """Events recorded inside are inserted together on the way out, still in the caller's
     transaction: a batch numbered in place holds the event log's lock only from there to the
-    commit instead of for the rest of the transaction."""
+    commit instead of for the rest of the transaction. `numbered_later`: as `record_events`
+    (an outer block decides for the events of an inner one)."""
     if getattr(_deferred, "events", None) is not None:
         yield  # an outer block writes them
         return
@@ -150,17 +151,19 @@ def deferred_events() -> Iterator[None]:
         events = _deferred.events
     finally:
         _deferred.events = None
-    record_events(events)
+    record_events(events, numbered_later=numbered_later)
 
 
-def record_events(events: list[Event]) -> list[Event]:
+def record_events(events: list[Event], *, numbered_later: bool = False) -> list[Event]:
     """Insert Events in the caller's transaction; once that commits they are numbered and
     published.
 
     On PostgreSQL a few events go in without a number and without the event log's lock, so
     that concurrent writers commit side by side, and are numbered after the commit
-    (`_number_after_commit`). A large batch, and every batch on SQLite (whose writer is alone
-    anyway), is numbered in place, under the lock, after the events committed before it.
+    (`_number_after_commit`), or, with `numbered_later`, by a run the caller has queued
+    (`number_waiting`; beat's and readers' numbering if that run never comes). A large batch,
+    and every batch on SQLite (whose writer is alone anyway), is numbered in place, under the
+    lock, after the events committed before it.
     """
     if not events:
         return events
@@ -170,7 +173,8 @@ def record_events(events: list[Event]) -> list[Event]:
         return events
     if connection.vendor == "postgresql" and len(events) < NUMBER_IN_PLACE_FROM:
         _insert(events)
-        transaction.on_commit(partial(_number_after_commit, events), robust=True)
+        if not numbered_later:
+            transaction.on_commit(partial(_number_after_commit, events), robust=True)
         return events
     with transaction.atomic(savepoint=False):
         lock_event_log()
@@ -273,13 +277,19 @@ def _without_bitmap_scans() -> Iterator[None]:
         cursor.execute("SET LOCAL enable_bitmapscan TO DEFAULT")
 
 
-def numbered_events() -> QuerySet[Event]:
-    """The log as readers page through it, by seq. Committed events still waiting for their
-    writer's `number_events` (it runs right after the commit) are numbered first, unless
-    someone is numbering already, so that a read sees what was committed before it; so are the
-    reader's own, in a test's transaction."""
+def number_waiting() -> None:
+    """The events still waiting for a number, numbered, unless someone is numbering already
+    (who then numbers them too): those committed and left to a later run (`numbered_later`),
+    or not yet numbered by their writer (it numbers right after its commit), and, in a test's
+    transaction, the caller's own. One look when none waits."""
     if connection.vendor == "postgresql" and Event.objects.filter(seq__isnull=True).exists():
         number_events(wait=False)
+
+
+def numbered_events() -> QuerySet[Event]:
+    """The log as readers page through it, by seq. The events waiting for a number are
+    numbered first (`number_waiting`), so that a read sees what was committed before it."""
+    number_waiting()
     return Event.objects.filter(seq__isnull=False)
 
 

@@ -45,6 +45,8 @@ def submit_and_admit(settings, submitter, start_worker):
         # Answered before any admission: the request only stored and queued it.
         assert response.json()["objects"][0]["phase"] == "Pending"
     assert not Workload.objects.exclude(phase=Workload.Phase.PENDING).exists()
+    # Nor did it number its events: the settle it queued will.
+    assert Event.objects.filter(kind="workload.submitted", seq=None).count() == SUBMISSIONS
 
     start_worker(ACCELPLANE_ADMISSION="worker")
 
@@ -63,6 +65,24 @@ def test_submissions_answer_pending_and_a_worker_admits_them_within_quota(
     # The last does not fit the quota the first three hold: it waits, it is not over-admitted.
     assert Workload.objects.get(owner__name="train-3").phase == Workload.Phase.PENDING
     assert Event.objects.filter(kind="workload.admitted").count() == 3
+
+
+def test_the_worker_numbers_the_events_the_submissions_left_to_it(
+    settings, submitter, start_worker
+):
+    submit_and_admit(settings, submitter, start_worker)
+
+    def all_numbered():
+        return not Event.objects.filter(seq=None).exists()  # read, not numbered by the read
+
+    wait_for(all_numbered, 10, "every event numbered", start_worker.log_tails)
+    # In the order they were written: the submissions' before the admissions they led to.
+    seqs = list(Event.objects.order_by("pk").values_list("seq", flat=True))
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    kinds = list(Event.objects.order_by("seq").values_list("kind", flat=True))
+    assert kinds.index("workload.admitted") > max(
+        i for i, kind in enumerate(kinds) if kind == "workload.submitted"
+    )
 
 
 def test_a_parked_workload_is_requeued_a_second_after_capacity_is_released(
@@ -85,3 +105,24 @@ def test_a_parked_workload_is_requeued_a_second_after_capacity_is_released(
     wait_for(requeued_and_admitted, REQUEUED_WITHIN, "train-3 admitted", start_worker.log_tails)
     last.refresh_from_db()
     assert last.admitted_at >= released_after + parking.REQUEUE_BATCH
+
+
+def test_the_worker_numbers_the_events_of_a_submission_it_cannot_admit(
+    settings, submitter, start_worker
+):
+    """Its run records nothing of its own (the workload waits): it numbers what it was left."""
+    settings.ACCELPLANE_ADMISSION = "worker"
+    too_big = job("too-big", pods=4, gpus=2)  # 8 GPUs of a 6-GPU queue
+    response = submitter.post(
+        f"/api/v1/workloads?namespace={NAMESPACE}", too_big, content_type="application/yaml"
+    )
+    assert response.status_code == 201, response.content
+    assert Event.objects.filter(seq=None).exists()
+
+    start_worker(ACCELPLANE_ADMISSION="worker")
+
+    def all_numbered():
+        return not Event.objects.filter(seq=None).exists()
+
+    wait_for(all_numbered, ADMITTED_WITHIN, "every event numbered", start_worker.log_tails)
+    assert Workload.objects.get().phase == Workload.Phase.PENDING
