@@ -34,6 +34,7 @@ WEB_SERVER_VARIABLE = "ACCELPLANE_WEB_SERVER"
 WEB_SERVERS = ("daphne", "uvicorn")
 DEFAULT_WEB_SERVER = "uvicorn"
 ASGI_APPLICATION = "controlplane.asgi:application"
+HTTP_PROTOCOL = "controlplane.http:BoundedHttpToolsProtocol"  # uvicorn's --http
 
 log = logging.getLogger("controlplane.run")
 
@@ -56,12 +57,11 @@ def web_command(server: str, port: str) -> list[str]:
     # As daphne is started above: X-Forwarded-* not trusted (uvicorn trusts them from
     # 127.0.0.1 by default), no lifespan events (Channels' router refuses them), idle
     # keep-alive connections closed after 60 s (Twisted's timeout; uvicorn's is 5 s). The
-    # access log stays on, on stdout, as daphne's. HTTP parsed by h11, which stops at 16 KiB
-    # of an incomplete request line and headers (httptools, uvicorn's choice when installed,
-    # buffered a header line without limit: tests/security/test_web_servers.py). [standard]
+    # access log stays on, on stdout, as daphne's. HTTP parsed by httptools, cut off past
+    # 16 KiB of an incomplete request line and headers (controlplane/http.py). [standard]
     # gives uvloop and the websockets library, which uvicorn picks by itself.
     return [
-        *(python, "-m", "uvicorn", "--host", HOST, "--port", port, "--http", "h11"),
+        *(python, "-m", "uvicorn", "--host", HOST, "--port", port, "--http", HTTP_PROTOCOL),
         *("--no-proxy-headers", "--lifespan", "off", "--timeout-keep-alive", "60"),
         ASGI_APPLICATION,
     ]

@@ -51,8 +51,8 @@ def test_uvicorn_serves_the_same_app_as_daphne_does() -> None:
     assert webs(run.commands(2, 2, "uvicorn")) == {
         f"web-{port}": [
             *(sys.executable, "-m", "uvicorn", "--host", run.HOST, "--port", port),
-            # h11 bounds a request's headers (tests/security/test_web_servers.py).
-            *("--http", "h11"),
+            # httptools, with a bound on a request's head (tests/security/test_web_servers.py).
+            *("--http", "controlplane.http:BoundedHttpToolsProtocol"),
             # daphne trusts no X-Forwarded-* here, sends no lifespan, keeps idle
             # connections 60 s; uvicorn's access log is on by default, as daphne's.
             *("--no-proxy-headers", "--lifespan", "off", "--timeout-keep-alive", "60"),
@@ -78,7 +78,7 @@ def test_each_command_line_is_one_its_server_accepts() -> None:
     assert uvicorn_args["app"] == APP
     assert (uvicorn_args["proxy_headers"], uvicorn_args["access_log"]) == (False, True)
     assert (uvicorn_args["lifespan"], uvicorn_args["timeout_keep_alive"]) == ("off", 60)
-    assert uvicorn_args["http"] == "h11"
+    assert uvicorn_args["http"] == "controlplane.http:BoundedHttpToolsProtocol"
 
 
 @pytest.mark.parametrize("value", ["gunicorn", "Uvicorn", "daphne "])
