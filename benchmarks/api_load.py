@@ -380,7 +380,9 @@ class CpuMeter:
             for group, pids in self.groups().items()
         }
 
-    def report(self, submissions: int, seconds: float) -> str:
+    def report(self, submissions: int, seconds: float, clients: float) -> str:
+        """The stack's CPU per submission, and the machine's share of it; `clients`, the CPU
+        seconds of this benchmark's own clients, which take the same cores."""
         end = self.sample()
         used = {
             group: sum(t - self.start[group].get(pid, 0.0) for pid, t in times.items())
@@ -391,7 +393,8 @@ class CpuMeter:
         cores = os.cpu_count() or 1
         return (
             f"CPU per submission (ms): {parts}; total {1000 * total / submissions:.1f}: "
-            f"{cores} cores {100 * total / (cores * seconds):.0f}% busy, at most "
+            f"{cores} cores {100 * (total + clients) / (cores * seconds):.0f}% busy (the "
+            f"clients {1000 * clients / submissions:.1f} ms of it), at most "
             f"~{submissions * cores / total:.0f}/s at this cost"
         )
 
@@ -440,14 +443,15 @@ def main() -> None:
         sampler = LockSampler()
         sampler.start()
         cpu = CpuMeter(stack.pid)
-        started = time.perf_counter()
+        started, clients_cpu = time.perf_counter(), time.process_time()
         if args.minutes is None:
             for thread in run_clients(client, tokens, args.requests, latencies, errors):
                 thread.join()
         else:
             soak(args, tokens, stack.pid, latencies, errors)
         seconds = time.perf_counter() - started
-        cpu_used = cpu.report(max(1, len(latencies)), seconds)
+        clients_cpu = time.process_time() - clients_cpu
+        cpu_used = cpu.report(max(1, len(latencies)), seconds, clients_cpu)
         lock_waits = sampler.stop()
     finally:
         stack.terminate()

@@ -42,3 +42,16 @@ class RedisCache(django_redis.RedisCache):
     def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
         super().__init__(server, params)
         self._class = RedisCacheClient
+
+    def incr_and_get(self, counter: str, other: str, timeout: int) -> tuple[int, int]:
+        """Add one to `counter` (made, at 0, to last `timeout` seconds, if missing) and read
+        the counter `other` (0 if missing), in one round trip: `incr` and `get` took three."""
+        counter_key = self.make_and_validate_key(counter)
+        other_key = self.make_and_validate_key(other)
+        client = self._cache.get_client(counter_key, write=True)
+        pipeline = client.pipeline(transaction=False)
+        pipeline.set(counter_key, 0, ex=timeout, nx=True)
+        pipeline.incr(counter_key)
+        pipeline.get(other_key)
+        _, count, other_count = pipeline.execute()
+        return int(count), int(other_count or 0)
