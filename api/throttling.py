@@ -10,7 +10,6 @@ from django.conf import settings
 from redis.exceptions import RedisError
 from rest_framework.throttling import SimpleRateThrottle
 
-from controlplane.cache import RedisCache
 from teams.models import ApiToken
 
 if TYPE_CHECKING:  # DRF imports its throttles while rest_framework.views loads
@@ -36,6 +35,9 @@ class TokenRateThrottle(SimpleRateThrottle):
     # DRF's __init__ sets them from get_rate() with its parse_rate (not in its type stubs).
     num_requests: int
     duration: int
+    # Set by each decision, for `wait`: this window's count and the previous window's.
+    count: int
+    previous: int
 
     def allow_request(self, request: Request, view: APIView) -> bool:
         try:
@@ -51,8 +53,9 @@ class TokenRateThrottle(SimpleRateThrottle):
         current, previous = f"{key}:{int(window)}", f"{key}:{int(window) - 1}"
         # The window's counter lives through the next window too, where it is the previous.
         lifetime = 2 * self.duration
-        if isinstance(self.cache, RedisCache):  # in one round trip
-            self.count, self.previous = self.cache.incr_and_get(current, previous, lifetime)
+        # Django's cache proxy hands it our Redis backend's method, which takes one round trip.
+        if (incr_and_get := getattr(self.cache, "incr_and_get", None)) is not None:
+            self.count, self.previous = incr_and_get(current, previous, lifetime)
         else:
             self.count = self._increment(current, lifetime)
             self.previous = self.cache.get(previous, 0)

@@ -7,6 +7,7 @@ import math
 from types import SimpleNamespace
 
 import pytest
+import redis
 from django.core.cache import cache
 
 from api.throttling import TokenRateThrottle
@@ -111,3 +112,26 @@ def test_sessions_and_anonymous_requests_have_their_own_keys(clock, settings):
     minute = int(START // 60)
     assert cache.get(f"throttle_token_user-7:{minute}") == 1
     assert cache.get(f"throttle_token_ip-10.0.0.1:{minute}") == 1
+
+
+def test_on_redis_a_place_costs_one_round_trip_and_its_counter_expires(
+    clock, settings, monkeypatch
+):
+    if not hasattr(cache, "incr_and_get"):
+        pytest.skip("the test settings' cache is Redis only with REDIS_URL")
+    settings.ACCELPLANE_API_RATE = "5/min"
+    ask(clock)  # the window's first request makes its counter
+    sent = []
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(connection, command, *args, **kwargs):
+        sent.append(command)
+        return send(connection, command, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+    assert ask(clock) is None
+    assert len(sent) == 1  # this window's count and the previous one's, together
+    monkeypatch.undo()
+    # Alive through the next window, where it weighs as the previous one, and no longer.
+    key = cache.make_and_validate_key(f"{KEY}:{int(START // 60)}")
+    assert 60 < redis.Redis.from_url(settings.REDIS_URL).ttl(key) <= 120
