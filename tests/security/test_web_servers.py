@@ -1,7 +1,8 @@
 """Each web server `make run` and `make stack` can start (controlplane/run.py) bounds what a
 client sends before the application sees it: a request whose header never ends is cut off,
-not buffered. (uvicorn with its default parser, httptools, buffered 200 MB of one header line
-and went on reading; with h11 it stops at 16 KiB, as daphne does at Twisted's limit.)"""
+not buffered. (uvicorn with its default parser, httptools, alone buffered 200 MB of one header
+line and went on reading; ours, controlplane/http.py, stops past 16 KiB, as daphne does at
+Twisted's limit.)"""
 
 from __future__ import annotations
 
