@@ -6,7 +6,6 @@ import logging
 import math
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.db import IntegrityError, OperationalError
 from django.http import Http404
@@ -15,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from clusters.catalog import CatalogError
+from controlplane.middleware import body_limit_detail
 from teams.services import TeamError
 from workloads.kube.client import KubeError
 from workloads.manifests import ManifestError
@@ -66,10 +66,8 @@ def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ManifestError):
         return Response(manifest_error(exc), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, RequestDataTooBig):  # DRF's JSON and form parsers read request.body
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response(
-            {"detail": f"request bodies are limited to {limit} bytes"},
-            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            {"detail": body_limit_detail()}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
         )
     if isinstance(exc, CatalogError):
         return Response(

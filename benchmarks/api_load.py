@@ -1,9 +1,9 @@
 """Workload submissions per second over the REST API, with N concurrent clients (targets:
 at least 300/s, p99 under 100 ms on this 2-core machine), against the full stack.
 
-Starts `make stack`'s processes (two web servers, two workers, beat) on a fresh PostgreSQL
-database and Redis database, gives every client its own team token, and has each client
-POST Jobs (YAML) in a loop, alternating between the two web servers. Prints throughput,
+Starts `make stack`'s processes (two HTTP servers, two sockets servers, two workers, beat) on
+a fresh PostgreSQL database and Redis database, gives every client its own team token, and has
+each client POST Jobs (YAML) in a loop, alternating between the two HTTP servers. Prints throughput,
 latency percentiles and errors, then checks that no ClusterQueue admitted past its quota.
 
     python benchmarks/api_load.py [--clients 16] [--requests 40]
@@ -219,7 +219,7 @@ def delete_job(
 
 # Resident memory of the stack's processes (benchmarks/processes.py reads /proc).
 Sample = dict[str, tuple[int, int]]  # process name: (pid, VmRSS in KiB)
-ROLE_ORDER = ("web-0", "web-1", "worker-0", "worker-1", "watcher", "beat")
+ROLE_ORDER = ("web-0", "web-1", "sockets-0", "sockets-1", "worker-0", "worker-1", "watcher", "beat")
 
 
 def sample_memory(root: int) -> Sample:
@@ -369,6 +369,7 @@ class CpuMeter:
         stack = processes.stack_processes(self.root, PORT)
         return {
             "web": [pid for name, pid in stack.items() if name.startswith("web-")],
+            "sockets": [pid for name, pid in stack.items() if name.startswith("sockets-")],
             "workers": [pid for name, pid in stack.items() if name.startswith("worker-")],
             "PostgreSQL": processes.by_command_name("postgres"),
             "Redis": processes.by_command_name("redis-server"),

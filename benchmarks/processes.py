@@ -73,7 +73,7 @@ def by_command_name(name: str) -> list[int]:
 
 def kind(cmdline: list[str]) -> str:
     """web, beat, watcher or worker: what controlplane.run started the process as."""
-    if "daphne" in cmdline or "uvicorn" in cmdline:  # controlplane.run.web_command
+    if any(server in cmdline for server in ("granian", "daphne", "uvicorn")):  # controlplane.run
         return "web"
     if "beat" in cmdline:
         return "beat"
@@ -82,10 +82,14 @@ def kind(cmdline: list[str]) -> str:
 
 def role(cmdline: list[str], base_port: int) -> str | None:
     """The process's name in controlplane.run's stack, from the command line it gave it: web-0
-    on base_port, web-1 on the next, worker-0, worker-1, watcher, beat; None for another."""
-    for server, port_option in (("daphne", "-p"), ("uvicorn", "--port")):  # run.web_command
+    on base_port, web-1 on the next, sockets-0 and sockets-1 on the two after (make stack's ASGI
+    servers, after its two HTTP servers), worker-0, worker-1, watcher, beat; None for another."""
+    for server, port_option in (("granian", "--port"), ("daphne", "-p"), ("uvicorn", "--port")):
         if server in cmdline and port_option in cmdline:
-            return f"web-{int(cmdline[cmdline.index(port_option) + 1]) - base_port}"
+            offset = int(cmdline[cmdline.index(port_option) + 1]) - base_port
+            if server == "granian" or offset < 2:  # make run's one ASGI server is its web server
+                return f"web-{offset}"
+            return f"sockets-{offset - 2}"
     if "beat" in cmdline:
         return "beat"
     if "--hostname" in cmdline:  # worker0@%h, watcher@%h

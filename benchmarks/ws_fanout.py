@@ -1,8 +1,8 @@
 """Commit-to-browser latency of admission events fanned out to 200 WebSocket clients (target:
 p99 under 100 ms, issue 15).
 
-Starts the two web servers of `make stack` on a fresh PostgreSQL database and Redis database,
-connects the clients (an admin's browser session each, spread over both servers) in a
+Starts the two sockets servers of `make stack` on a fresh PostgreSQL database and Redis
+database, connects the clients (an admin's browser session each, spread over both servers) in a
 separate process, then admits workloads one at a time through the admission service. Each
 admission's commit is timestamped by an on-commit hook that runs before the events are
 published; each client timestamps every event as it arrives. Latency = arrival - commit, on
@@ -32,6 +32,7 @@ DATABASE = "accelplane_bench_ws"
 PG = "postgres://postgres@127.0.0.1:5432"
 REDIS_URL = "redis://127.0.0.1:6379/7"
 PORT = 8300
+SOCKET_PORTS = (PORT + 2, PORT + 3)  # make stack's, after its two HTTP servers (run.commands)
 
 ENV = {
     "DATABASE_URL": f"{PG}/{DATABASE}",
@@ -92,15 +93,16 @@ def fresh_stores() -> None:
     redis.Redis.from_url(REDIS_URL).flushdb()
 
 
-def start_web_servers() -> list[subprocess.Popen[bytes]]:
-    """`make stack`'s two web processes, with the ASGI server ACCELPLANE_WEB_SERVER names."""
+def start_sockets_servers() -> list[subprocess.Popen[bytes]]:
+    """`make stack`'s two sockets servers, with the ASGI server ACCELPLANE_WEB_SERVER names."""
     from controlplane.run import commands, web_server
 
-    webs = [cmd for name, cmd in commands(2, 0, web_server()).items() if name.startswith("web-")]
+    stack = commands(2, 0, web_server(), sockets=2)
+    sockets = [cmd for name, cmd in stack.items() if name.startswith("sockets-")]
     # Their access logs (a line per socket) go nowhere; errors still reach stderr.
-    servers = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL) for cmd in webs]
+    servers = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL) for cmd in sockets]
     try:
-        for port in (PORT, PORT + 1):
+        for port in SOCKET_PORTS:
             _wait_for(port)
     except BaseException:
         for server in servers:
@@ -149,7 +151,7 @@ def browsers(clients: int, cookie: str, connected, done, results) -> None:
         arrivals: list[Arrivals] = [[] for _ in range(clients)]
         readies = [asyncio.Event() for _ in range(clients)]
         tasks = [
-            asyncio.create_task(browser(PORT + i % 2, cookie, readies[i], arrivals[i]))
+            asyncio.create_task(browser(SOCKET_PORTS[i % 2], cookie, readies[i], arrivals[i]))
             for i in range(clients)
         ]
         await asyncio.gather(*(r.wait() for r in readies))
@@ -223,7 +225,7 @@ def main() -> None:
     )
     session.create()
 
-    servers = start_web_servers()
+    servers = start_sockets_servers()
     context = multiprocessing.get_context("spawn")
     connected, done, results = context.Event(), context.Event(), context.Queue()
     clients = context.Process(

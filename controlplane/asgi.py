@@ -1,16 +1,29 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import IO, Any
 
 import django
 from asgiref.sync import sync_to_async
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
+from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.urls import path
 
+from controlplane.middleware import body_too_large
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+
+
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+
+class BodyTooLarge(Exception):
+    pass
 
 
 class SyncChainASGIHandler(ASGIHandler):
@@ -28,6 +41,27 @@ class SyncChainASGIHandler(ASGIHandler):
         super().load_middleware(is_async=False)
         chain = self._middleware_chain  # type: ignore[has-type]
         self._middleware_chain = sync_to_async(chain, thread_sensitive=True)
+
+    async def handle(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        try:
+            await super().handle(scope, receive, send)
+        except BodyTooLarge:
+            await self.send_response(body_too_large(), send)
+
+    async def read_body(self, receive: Receive) -> IO[bytes]:
+        """Django's, refusing a body past DATA_UPLOAD_MAX_MEMORY_SIZE as it arrives: Django
+        reads the whole body, spilling to disk, before any middleware could look at it."""
+        received = 0
+
+        async def bounded() -> Mapping[str, Any]:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+                raise BodyTooLarge
+            return message
+
+        return await super().read_body(bounded)
 
 
 # Django must be set up before the consumers (and the models they use) are imported.

@@ -7,6 +7,7 @@ import logging
 import uuid
 from collections.abc import Callable
 
+from django.conf import settings
 from django.core.signals import request_finished
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -26,6 +27,31 @@ def reject_nul_bytes(
         ]
         if any("\x00" in part for part in parts):
             return JsonResponse({"detail": "the URL contains a NUL character (%00)"}, status=400)
+        return get_response(request)
+
+    return middleware
+
+
+def body_limit_detail() -> str:
+    return f"request bodies are limited to {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
+
+
+def body_too_large() -> JsonResponse:
+    return JsonResponse({"detail": body_limit_detail()}, status=413)
+
+
+def bound_request_bodies(
+    get_response: Callable[[HttpRequest], HttpResponse],
+) -> Callable[..., HttpResponse]:
+    """A body declared longer than DATA_UPLOAD_MAX_MEMORY_SIZE is refused before any of it is
+    read. Django bounds form fields and request.body at that size, but streams the files of a
+    multipart upload to disk whatever their size. (The ASGI application bounds bodies as they
+    arrive, before this runs: controlplane/asgi.py.)"""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        declared = request.META.get("CONTENT_LENGTH") or "0"
+        if declared.isdigit() and int(declared) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+            return body_too_large()
         return get_response(request)
 
     return middleware

@@ -1,15 +1,19 @@
 """`make run`: the web server, a Celery worker, the watcher and Celery beat, stopped together
 on Ctrl-C or SIGTERM. A process that exits on its own is logged and started again (see Child).
 
-`--stack` (`make stack`) starts the full stack's processes instead: two web servers (PORT and
-PORT+1) and two workers beside the watcher and beat, on the PostgreSQL and Redis that
-DATABASE_URL and REDIS_URL name. The watcher is a thread-pool worker of the `watch` queue:
-the long watch sessions of real clusters' apiservers.
+`--stack` (`make stack`) starts the full stack's processes instead, on the PostgreSQL and
+Redis that DATABASE_URL and REDIS_URL name: two workers beside the watcher and beat, and the web
+servers in two kinds. Two HTTP servers (PORT and PORT+1) serve the pages and the REST API:
+granian, running the WSGI application (controlplane/wsgi.py). Two sockets servers (PORT+2 and
+PORT+3) hold the pages' WebSockets: the ASGI application, which the pages are told to connect to
+(ACCELPLANE_SOCKET_PORTS). Django's ASGI path hands every request from the event loop to a
+thread and back: a fifth of the web processes' CPU a submission (README, "The full stack").
+The watcher is a thread-pool worker of the `watch` queue: the long watch sessions of real
+clusters' apiservers.
 
-ACCELPLANE_WEB_SERVER picks the ASGI server of the web processes: uvicorn (the default) or
-daphne, serving the same application (HTTP and Channels' WebSockets). uvicorn sent events to
-200 WebSockets with half of daphne's p99 and served more submissions a second with the same
-CPU (README, "The full stack").
+ACCELPLANE_WEB_SERVER picks the ASGI server: uvicorn (the default) or daphne. `make run`'s one
+web server serves HTTP and the WebSockets with it; uvicorn sent events to 200 WebSockets with
+half of daphne's p99 and served more submissions a second with the same CPU.
 """
 
 from __future__ import annotations
@@ -35,6 +39,15 @@ WEB_SERVERS = ("daphne", "uvicorn")
 DEFAULT_WEB_SERVER = "uvicorn"
 ASGI_APPLICATION = "controlplane.asgi:application"
 HTTP_PROTOCOL = "controlplane.http:BoundedHttpToolsProtocol"  # uvicorn's --http
+HTTP_SERVER = "granian"  # make stack's, serving WSGI_APPLICATION
+WSGI_APPLICATION = "controlplane.wsgi:application"
+# An HTTP server's requests at once: as many as its process's database connections
+# (settings.DATABASE_POOL_SIZE), so that none waits for one.
+HTTP_THREADS = 8
+# A request's line and headers at most, as uvicorn's parser (controlplane/http.py) and daphne's
+# bound them: past it, granian answers 431 and closes.
+HTTP_HEAD_BYTES = 16 * 1024
+SOCKET_PORTS_VARIABLE = "ACCELPLANE_SOCKET_PORTS"
 
 log = logging.getLogger("controlplane.run")
 
@@ -67,7 +80,24 @@ def web_command(server: str, port: str) -> list[str]:
     ]
 
 
-def commands(webs: int, workers: int, server: str = DEFAULT_WEB_SERVER) -> dict[str, list[str]]:
+def http_command(port: str) -> list[str]:
+    """The full stack's HTTP server: granian's WSGI interface, HTTP/1.1 only, with an access
+    log as the ASGI servers keep."""
+    return [
+        *(sys.executable, "-m", HTTP_SERVER, "--interface", "wsgi", "--host", HOST, "--port", port),
+        *("--http", "1", "--no-ws", "--blocking-threads", str(HTTP_THREADS)),
+        *("--http1-buffer-size", str(HTTP_HEAD_BYTES), "--access-log"),
+        WSGI_APPLICATION,
+    ]
+
+
+def commands(
+    webs: int, workers: int, server: str = DEFAULT_WEB_SERVER, sockets: int = 0
+) -> dict[str, list[str]]:
+    """The processes to start, by name: `webs` web servers from PORT on, then `workers`
+    workers, the watcher and beat. With `sockets`, the web servers serve HTTP alone and as many
+    ASGI servers follow them on the next ports for the WebSockets; without, the web servers are
+    ASGI servers serving both."""
     python = sys.executable
     celery_worker = [
         python,
@@ -84,9 +114,14 @@ def commands(webs: int, workers: int, server: str = DEFAULT_WEB_SERVER) -> dict[
     # Sessions block on sockets, not the CPU: threads, as many as clusters x resources
     # (workloads.tasks.size_the_watcher; ACCELPLANE_MAX_WATCHED_CLUSTERS bounds the clusters).
     watcher = [*celery_worker, "--queues=watch", "--pool=threads"]
-    ports = [str(int(PORT) + i) for i in range(webs)]
+    ports = [str(int(PORT) + i) for i in range(webs + sockets)]
+    web_ports, socket_ports = ports[:webs], ports[webs:]
     return {
-        **{f"web-{port}": web_command(server, port) for port in ports},
+        **{
+            f"web-{port}": http_command(port) if sockets else web_command(server, port)
+            for port in web_ports
+        },
+        **{f"sockets-{port}": web_command(server, port) for port in socket_ports},
         **{f"worker-{i}": [*worker, "--hostname", f"worker{i}@%h"] for i in range(workers)},
         "watcher": [*watcher, "--hostname", "watcher@%h"],
         "beat": [
@@ -177,14 +212,18 @@ def main() -> int:
     logging.basicConfig(format="%(asctime)s %(levelname)s run: %(message)s", level=logging.INFO)
     # A SIGTERM (docker stop, a supervisor) stops the children too, via the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    webs_and_workers = (2, 2) if stack else (1, 1)
-    children = [Child(name, cmd) for name, cmd in commands(*webs_and_workers, server).items()]
+    launched = commands(2, 2, server, sockets=2) if stack else commands(1, 1, server)
+    socket_ports = [
+        name.removeprefix("sockets-") for name in launched if name.startswith("sockets-")
+    ]
+    if socket_ports:  # the pages' WebSockets go there, unless told otherwise (a proxy's)
+        os.environ.setdefault(SOCKET_PORTS_VARIABLE, ",".join(socket_ports))
+    children = [Child(name, cmd) for name, cmd in launched.items()]
     webs = ", ".join(
-        f"http://{HOST}:{c.name.removeprefix('web-')}/"
-        for c in children
-        if c.name.startswith("web-")
+        f"http://{HOST}:{n.removeprefix('web-')}/" for n in launched if n.startswith("web-")
     )
-    print(f"Accelplane is serving {webs} (Ctrl-C stops every process)")  # noqa: T201
+    sockets = f", WebSockets on ports {', '.join(socket_ports)}" if socket_ports else ""
+    print(f"Accelplane is serving {webs}{sockets} (Ctrl-C stops every process)")  # noqa: T201
     try:
         return supervise(children)
     except KeyboardInterrupt:

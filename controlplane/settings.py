@@ -42,6 +42,23 @@ def envint(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer (got {value!r})") from None
 
 
+MAX_SOCKET_PORTS = 16
+
+
+def envports(name: str) -> tuple[int, ...]:
+    """A comma-separated list of TCP ports (at most MAX_SOCKET_PORTS); () when unset."""
+    value = os.environ.get(name, "")
+    ports = tuple(part.strip() for part in value.split(",")) if value.strip() else ()
+    if len(ports) > MAX_SOCKET_PORTS or not all(
+        port.isdigit() and 0 < int(port) < 65536 for port in ports
+    ):
+        raise ImproperlyConfigured(
+            f"{name} must be up to {MAX_SOCKET_PORTS} TCP ports (1-65535), separated by commas "
+            f"(got {value!r})"
+        )
+    return tuple(int(port) for port in ports)
+
+
 # On only where `make run` sets it: its error pages show settings and source to any tenant.
 DEBUG = envbool("DEBUG", False)
 # Keys of one machine (the embedded mode's SQLite, or DEBUG) are generated once into var/ and
@@ -94,6 +111,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "controlplane.middleware.request_id",
     "api.metrics.observe_requests",
+    "controlplane.middleware.bound_request_bodies",
     "controlplane.middleware.reject_nul_bytes",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -116,12 +134,18 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "web.context.sockets",
             ]
         },
     }
 ]
-WSGI_APPLICATION = None
+WSGI_APPLICATION = "controlplane.wsgi.application"
 ASGI_APPLICATION = "controlplane.asgi.application"
+# The ports, on the page's own host, of the ASGI servers that hold the pages' WebSockets when
+# HTTP is served apart from them (make stack and Compose: controlplane/run.py); each page is
+# given one at random. Unset: the page's own host and port, where one server serves both
+# (make run) or a proxy sends /ws/ to the sockets' servers.
+ACCELPLANE_SOCKET_PORTS = envports("ACCELPLANE_SOCKET_PORTS")
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 DATABASE_POOL_SIZE = envint("DATABASE_POOL_SIZE", 8)

@@ -36,6 +36,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SCRATCH = Path(tempfile.mkdtemp(prefix="accelplane-browser-"))
+ASGI = "controlplane.asgi:application"
 
 # The server is another process: an in-memory SQLite test database would be invisible to it.
 _default = connections["default"].settings_dict
@@ -97,10 +98,12 @@ def _free_port():
 
 
 class Server:
-    """daphne on the test database; `stop()` and `start()` again on the same port."""
+    """daphne on the test database (or the server `command(port)` starts, with `extra_env`);
+    `stop()` and `start()` again on the same port."""
 
-    def __init__(self, database_url):
+    def __init__(self, database_url, command=None, extra_env=None):
         self.port = _free_port()
+        self.command = command or _daphne
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = None
         env = {**os.environ, "DATABASE_URL": database_url}
@@ -110,22 +113,14 @@ class Server:
             ACCELPLANE_EVENTS_POLL_SECONDS="0.2",
             CELERY_TASK_ALWAYS_EAGER="0",
             DEBUG="1",
+            **(extra_env or {}),
         )
         self.env = env
 
     def start(self):
-        log = (SCRATCH / "daphne.log").open("a")
+        log = (SCRATCH / "servers.log").open("a")
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "controlplane.asgi:application",
-            ],
+            self.command(self.port),
             cwd=ROOT,
             env=self.env,
             stdout=log,
@@ -140,7 +135,7 @@ class Server:
                 if self.process.poll() is not None:
                     break
                 time.sleep(0.1)
-        pytest.fail(f"daphne did not start; see {SCRATCH / 'daphne.log'}")
+        pytest.fail(f"{self.command(self.port)} did not start; see {SCRATCH / 'servers.log'}")
 
     def stop(self):
         if self.process is not None and self.process.poll() is None:
@@ -152,10 +147,30 @@ class Server:
                 self.process.wait()
 
 
+def _daphne(port):
+    return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), ASGI]
+
+
 @pytest.fixture(scope="session")
 def server(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
         instance = Server(_database_url())
+    instance.start()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture(scope="session")
+def http_server(server):
+    """make stack's HTTP server (granian, WSGI) on the test database, its pages sending their
+    WebSockets to `server`, as make stack's send theirs to its sockets servers."""
+    from controlplane import run
+
+    instance = Server(
+        server.env["DATABASE_URL"],
+        command=lambda port: run.http_command(str(port)),
+        extra_env={"ACCELPLANE_SOCKET_PORTS": str(server.port)},
+    )
     instance.start()
     yield instance
     instance.stop()

@@ -62,6 +62,28 @@ def test_a_scale_over_the_api_shows_the_preemption_live(server, context, log_in,
         assert page.evaluate("window.notReloaded") is True
 
 
+def test_pages_served_over_wsgi_go_live_on_the_sockets_server(
+    server, http_server, context, log_in, gpu_demo
+):
+    """make stack: the page comes from the HTTP server, its socket goes to the sockets server
+    the page names, and a change over the HTTP server's REST API reaches it live."""
+    log_in(gpu_demo.admin)  # the session cookie is the host's, whatever the port
+    page = context.new_page()
+    sockets: list[str] = []
+    page.on("websocket", lambda socket: sockets.append(socket.url))
+    page.goto(f"{http_server.url}/")
+    expect(page.locator("#live-status")).to_have_text("live")
+    assert sockets
+    assert all(url.startswith(f"ws://127.0.0.1:{server.port}/ws/events/") for url in sockets)
+    _, token = teams.issue_token(gpu_demo.member)
+
+    scale_over_rest(http_server, gpu_demo.chat, 2, token)
+
+    preempted = page.locator("[data-feed] li.ev-workloadpreempted")
+    expect(preempted).to_contain_text("Job/llm/finetune")
+    expect(gpu_used(page)).to_have_text("4")
+
+
 def test_a_reconnect_replays_the_events_missed_while_offline(server, page, log_in, gpu_demo):
     log_in(gpu_demo.admin)
     sockets = []

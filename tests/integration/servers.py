@@ -130,12 +130,17 @@ class PrivatePostgres:
 def web_server(
     env: Mapping[str, str], log: Path, server: str = run.DEFAULT_WEB_SERVER
 ) -> Iterator[int]:
-    """`server` (daphne, or uvicorn) serving Accelplane on a free port with `env`, started as
-    `make run` starts it; stopped on exit."""
+    """`server` serving Accelplane on a free port with `env`, started as `make run` starts it
+    (daphne, or uvicorn) or as `make stack` starts its HTTP servers (run.HTTP_SERVER); stopped on
+    exit."""
     port = free_port()
+    if server == run.HTTP_SERVER:
+        command = run.http_command(str(port))
+    else:
+        command = run.web_command(server, str(port))
     with log.open("w") as output:
         process = subprocess.Popen(
-            run.web_command(server, str(port)),
+            command,
             cwd=ROOT,
             env={**os.environ, "DEBUG": "true", **env},
             stdout=output,

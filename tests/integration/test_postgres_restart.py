@@ -14,6 +14,7 @@ import urllib.request
 
 import pytest
 
+from controlplane import run
 from tests.integration.servers import PrivatePostgres, web_server
 from tests.integration.workers import ROOT
 
@@ -69,7 +70,8 @@ def test_requests_answer_503_while_postgres_is_down_and_recover_after(postgres, 
     env = {"DATABASE_URL": postgres.url("accelplane"), "REDIS_URL": ""}
     manage(env, "migrate", "--noinput", "-v", "0")
     token = manage(env, "shell", "--no-imports", "-c", MAKE_ADMIN_TOKEN).strip()
-    with web_server(env, tmp_path / "daphne.log") as port:
+    # make stack's HTTP server: the one that answers the REST API there.
+    with web_server(env, tmp_path / "web.log", run.HTTP_SERVER) as port:
         assert get(port, token)[0] == 200
 
         postgres.stop()

@@ -119,7 +119,7 @@ def test_browsers_miss_nothing_while_redis_restarts(redis, session_cookie, tmp_p
         "REDIS_URL": redis.url,
         "ACCELPLANE_EVENTS_POLL_SECONDS": "1",
     }
-    with web_server(env, tmp_path / "daphne.log") as port:
+    with web_server(env, tmp_path / "sockets.log") as port:  # make stack's sockets server
         asyncio.run(outage(port, redis, session_cookie))
 
 

@@ -1,6 +1,7 @@
-"""A real server (daphne, the embedded SQLite stack) keeps answering a normal request within
-1 s while a tenant keeps sending what used to hold a core or memory for good (issue 13,
-findings 1 and 2): the alias bombs and the two-billion-pod Job are refused within seconds."""
+"""A real server (make run's, and make stack's HTTP server, on the embedded SQLite stack) keeps
+answering a normal request within 1 s while a tenant keeps sending what used to hold a core or
+memory for good (issue 13, findings 1 and 2): the alias bombs and the two-billion-pod Job are
+refused within seconds."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import urllib.request
 import pytest
 import yaml
 
+from controlplane import run
 from tests.integration.servers import web_server
 from tests.integration.workers import ROOT
 from tests.security.test_bounds import job_body, laughs, merges
@@ -47,15 +49,17 @@ def attacks() -> list[tuple[str, str]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="module", params=[run.DEFAULT_WEB_SERVER, run.HTTP_SERVER])
+def server(tmp_path_factory, request):
     var = tmp_path_factory.mktemp("server-var")
     env = {"ACCELPLANE_VAR_DIR": str(var), "DATABASE_URL": "", "REDIS_URL": "", "DEBUG": "true"}
-    run = {"cwd": ROOT, "env": {**os.environ, **env}, "check": True, "capture_output": True}
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], **run)
-    shell = subprocess.run([sys.executable, "manage.py", "shell", "-c", SETUP], **run, text=True)
+    options = {"cwd": ROOT, "env": {**os.environ, **env}, "check": True, "capture_output": True}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], **options)
+    shell = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", SETUP], **options, text=True
+    )
     token = shell.stdout.strip().splitlines()[-1]
-    with web_server(env, var / "daphne.log") as port:
+    with web_server(env, var / f"{request.param}.log", request.param) as port:
         yield f"http://127.0.0.1:{port}", token
 
 

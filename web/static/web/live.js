@@ -188,7 +188,10 @@
 
   function connect() {
     const scheme = window.location.protocol === "https:" ? "wss" : "ws";
-    const socket = new WebSocket(`${scheme}://${window.location.host}/ws/events/?after=${lastSeq}`);
+    // The page's own server, or the sockets' server on another port of its host (make stack).
+    const port = document.body.dataset.socketPort;
+    const host = port ? `${window.location.hostname}:${port}` : window.location.host;
+    const socket = new WebSocket(`${scheme}://${host}/ws/events/?after=${lastSeq}`);
     socket.addEventListener("open", () => setStatus("catching-up", "catching up…"));
     socket.addEventListener("message", (message) => {
       const frame = JSON.parse(message.data);
