@@ -134,6 +134,24 @@ def _leaf_as_is(value: Any) -> bool:
 
 
 _deferred = threading.local()
+_numbering = threading.local()
+
+
+@contextmanager
+def numbered_at_the_end() -> Iterator[None]:
+    """The small batches of events committed inside are numbered once, on the way out
+    (`number_waiting`), rather than after each commit: a worker's settle run commits several
+    transactions, and numbering after each took seven statements each time. Their events reach
+    streams when the block ends. Large batches are still numbered as they are written."""
+    if getattr(_numbering, "at_the_end", False):
+        yield  # an outer block numbers them
+        return
+    _numbering.at_the_end = True
+    try:
+        yield
+    finally:
+        _numbering.at_the_end = False
+        number_waiting()
 
 
 @contextmanager
@@ -173,7 +191,7 @@ def record_events(events: list[Event], *, numbered_later: bool = False) -> list[
         return events
     if connection.vendor == "postgresql" and len(events) < NUMBER_IN_PLACE_FROM:
         _insert(events)
-        if not numbered_later:
+        if not (numbered_later or getattr(_numbering, "at_the_end", False)):
             transaction.on_commit(partial(_number_after_commit, events), robust=True)
         return events
     with transaction.atomic(savepoint=False):

@@ -14,7 +14,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from clusters.models import Cluster
-from events.services import number_waiting
+from events.services import numbered_at_the_end
 from workloads import admission, live, parking
 from workloads.kube import watch
 
@@ -63,12 +63,13 @@ def settle_cluster(cluster_id: int) -> None:
     # Cleared before reading the cluster: a change committed from here on queues a new run.
     cache.delete(_settle_queued(cluster_id))
     # The changes that queued this run left their events to it (services._change): committed
-    # before the key was cleared, or else they queue a run of their own.
-    number_waiting()
-    cluster = Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.RUNNING).first()
-    if cluster is not None:
-        admission.settle(cluster, timezone.now())
-        requeue_on_time(cluster_id)
+    # before the key was cleared, or else they queue a run of their own. The run numbers
+    # theirs and its own once, when it ends, in the order they were written.
+    with numbered_at_the_end():
+        cluster = Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.RUNNING).first()
+        if cluster is not None:
+            admission.settle(cluster, timezone.now())
+            requeue_on_time(cluster_id)
 
 
 @shared_task(ignore_result=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -11,7 +13,7 @@ from events.models import Event
 from teams import services as teams
 from tests.integration.workers import wait_for
 from tests.support import NAMESPACE, job
-from workloads import parking
+from workloads import parking, tasks
 from workloads.models import Workload
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,10 +34,12 @@ def submitter(gpu_queues):
     return client
 
 
-def submit_and_admit(settings, submitter, start_worker):
-    """Four submissions answered Pending; a worker admits the three the quota holds."""
-    settings.ACCELPLANE_ADMISSION = "worker"
-    for i in range(SUBMISSIONS):
+def all_numbered() -> bool:
+    return not Event.objects.filter(seq=None).exists()  # read, not numbered by the read
+
+
+def submit(submitter, count: int) -> None:
+    for i in range(count):
         response = submitter.post(
             f"/api/v1/workloads?namespace={NAMESPACE}",
             job(f"train-{i}", pods=1),
@@ -44,6 +48,12 @@ def submit_and_admit(settings, submitter, start_worker):
         assert response.status_code == 201, response.content
         # Answered before any admission: the request only stored and queued it.
         assert response.json()["objects"][0]["phase"] == "Pending"
+
+
+def submit_and_admit(settings, submitter, start_worker):
+    """Four submissions answered Pending; a worker admits the three the quota holds."""
+    settings.ACCELPLANE_ADMISSION = "worker"
+    submit(submitter, SUBMISSIONS)
     assert not Workload.objects.exclude(phase=Workload.Phase.PENDING).exists()
     # Nor did it number its events: the settle it queued will.
     assert Event.objects.filter(kind="workload.submitted", seq=None).count() == SUBMISSIONS
@@ -71,9 +81,6 @@ def test_the_worker_numbers_the_events_the_submissions_left_to_it(
     settings, submitter, start_worker
 ):
     submit_and_admit(settings, submitter, start_worker)
-
-    def all_numbered():
-        return not Event.objects.filter(seq=None).exists()  # read, not numbered by the read
 
     wait_for(all_numbered, 10, "every event numbered", start_worker.log_tails)
     # In the order they were written: the submissions' before the admissions they led to.
@@ -121,8 +128,25 @@ def test_the_worker_numbers_the_events_of_a_submission_it_cannot_admit(
 
     start_worker(ACCELPLANE_ADMISSION="worker")
 
-    def all_numbered():
-        return not Event.objects.filter(seq=None).exists()
-
     wait_for(all_numbered, ADMITTED_WITHIN, "every event numbered", start_worker.log_tails)
     assert Workload.objects.get().phase == Workload.Phase.PENDING
+
+
+def test_a_settle_run_numbers_its_events_and_those_left_to_it_once(
+    settings, submitter, gpu_queues, monkeypatch
+):
+    """Not after each of its commits (the admission's, the simulated cluster's rounds'): seven
+    statements each. Here the run is called in this process, as the worker calls it."""
+    settings.ACCELPLANE_ADMISSION = "worker"
+    monkeypatch.setattr(tasks, "_settle_once", lambda *args, **kwargs: None)
+    submit(submitter, SUBMISSIONS)
+
+    with CaptureQueriesContext(connection) as captured:
+        tasks.settle_cluster(gpu_queues.pk)
+
+    assert Workload.objects.filter(phase=Workload.Phase.ADMITTED).count() == 3
+    assert all_numbered()
+    numberings = [q for q in captured.captured_queries if "SET seq = numbered.seq" in q["sql"]]
+    assert len(numberings) == 1
+    seqs = list(Event.objects.order_by("pk").values_list("seq", flat=True))
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # in the order written
