@@ -28,6 +28,7 @@ from workloads.models import Checkpoint, KubeObject, Workload
 from workloads.status import object_phase
 
 _Model = TypeVar("_Model", bound=Model)
+_Field = TypeVar("_Field", bound=serializers.Field[Any, Any, Any, Any])
 
 
 # A ModelSerializer whose fields are worked out from the model once per class, not on every
@@ -51,9 +52,17 @@ class FieldsBuiltOnceSerializer(serializers.ModelSerializer[_Model]):
         # does (a nested serializer, a list or dict of fields) is copied as DRF copies it, so
         # that its children are bound to it alone.
         return {
-            name: copy.deepcopy(field) if deep else copy.copy(field)
+            name: copy.deepcopy(field) if deep else _shallow_copy(field)
             for name, (field, deep) in cls._fields_built.items()
         }
+
+
+def _shallow_copy(field: _Field) -> _Field:
+    """copy.copy(field), without the pickle protocol's detour (__reduce_ex__ and a rebuild):
+    a third of the time of rendering a submission's response went to copying its fields."""
+    clone = object.__new__(type(field))
+    clone.__dict__.update(field.__dict__)
+    return clone
 
 
 def _holds_fields(field: serializers.Field[Any, Any, Any, Any]) -> bool:
