@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextvars
+import io
 import logging
 import uuid
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.handlers.wsgi import WSGIRequest
 from django.core.signals import request_finished
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -45,13 +47,28 @@ def bound_request_bodies(
 ) -> Callable[..., HttpResponse]:
     """A body declared longer than DATA_UPLOAD_MAX_MEMORY_SIZE is refused before any of it is
     read. Django bounds form fields and request.body at that size, but streams the files of a
-    multipart upload to disk whatever their size. (The ASGI application bounds bodies as they
-    arrive, before this runs: controlplane/asgi.py.)"""
+    multipart upload to disk whatever their size. A chunked body (no declared length) is read
+    up to that size under WSGI. (The ASGI application bounds bodies as they arrive, before
+    this runs: controlplane/asgi.py.)"""
 
     def middleware(request: HttpRequest) -> HttpResponse:
-        declared = request.META.get("CONTENT_LENGTH") or "0"
-        if declared.isdigit() and int(declared) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            return body_too_large()
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        declared = request.META.get("CONTENT_LENGTH") or ""
+        if declared.isdigit():
+            if int(declared) > limit:
+                return body_too_large()
+        elif isinstance(request, WSGIRequest) and "chunked" in request.headers.get(
+            "Transfer-Encoding", ""
+        ):
+            # Django reads a WSGI body up to CONTENT_LENGTH, which a chunked body has none of:
+            # it would be seen as empty. Read it here, up to the limit, as the body.
+            body = request.META["wsgi.input"].read(limit + 1)
+            if len(body) > limit:
+                return body_too_large()
+            # As HttpRequest.body leaves a request it has read: the body, and a stream of it
+            # for readers of the stream (the form parsers, Django REST framework's).
+            request._body, request._stream = body, io.BytesIO(body)
+            request.META["CONTENT_LENGTH"] = str(len(body))
         return get_response(request)
 
     return middleware

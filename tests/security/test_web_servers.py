@@ -35,23 +35,26 @@ def _bytes_accepted_of_an_endless_header(port: int) -> int:
     return sent
 
 
-def _answer_to_an_endless_body(port: int, content_type: bytes) -> tuple[bytes, int]:
+def _answer_to_an_endless_body(port: int, content_type: bytes, framing: bytes) -> tuple[bytes, int]:
     """The status code the server answers a body of ENOUGH bytes with, and the bytes of it that
-    were sent before the answer came (or the server hung up)."""
+    were sent before the answer came (or the server hung up). `framing`: its declared length,
+    or chunks with none declared."""
     sent = 0
+    chunked = framing == b"Transfer-Encoding: chunked"
+    piece = b"%x\r\n%s\r\n" % (len(CHUNK), CHUNK) if chunked else CHUNK
     with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
         client.sendall(
             b"POST /submit/ HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
             + content_type
-            + b"\r\nContent-Length: "
-            + str(ENOUGH).encode()
+            + b"\r\n"
+            + framing
             + b"\r\n\r\n"
         )
         client.setblocking(False)
         answer = b""
         while sent < ENOUGH and not answer:
             try:
-                client.send(CHUNK)
+                client.send(piece)
                 sent += len(CHUNK)
             except BlockingIOError:  # the server is not reading: has it answered?
                 time.sleep(0.01)
@@ -84,10 +87,13 @@ def test_an_endless_header_is_cut_off(server, tmp_path):
 # daphne is left out: Twisted reads a request's whole body before any application sees it.
 @pytest.mark.parametrize("server", [run.DEFAULT_WEB_SERVER, run.HTTP_SERVER])
 @pytest.mark.parametrize("content_type", [b"application/yaml", b"multipart/form-data; boundary=x"])
-def test_a_body_past_the_limit_is_refused_as_it_arrives(server, content_type, tmp_path):
+@pytest.mark.parametrize(
+    "framing", [b"Content-Length: %d" % ENOUGH, b"Transfer-Encoding: chunked"], ids=str
+)
+def test_a_body_past_the_limit_is_refused_as_it_arrives(server, content_type, framing, tmp_path):
     env = {"ACCELPLANE_VAR_DIR": str(tmp_path), "DATABASE_URL": "", "REDIS_URL": ""}
     with web_server(env, tmp_path / f"{server}.log", server) as port:
-        status, sent = _answer_to_an_endless_body(port, content_type)
+        status, sent = _answer_to_an_endless_body(port, content_type, framing)
 
     assert status == b"413"
     assert sent < 16 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE, f"{server} read {sent} bytes first"
