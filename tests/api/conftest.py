@@ -37,6 +37,12 @@ def tenants(gpu_queues):
 
 
 @pytest.fixture
+def alice_token(tenants) -> str:
+    """An API token of alice, who submits to llm."""
+    return teams.issue_token(User.objects.get(username="alice"))[1]
+
+
+@pytest.fixture
 def alice(tenants):
     return client_for(User.objects.get(username="alice"))
 

@@ -7,10 +7,8 @@ import pytest
 from asgiref import sync
 from asgiref.sync import async_to_sync
 from channels.testing import HttpCommunicator
-from django.contrib.auth.models import User
 
 from controlplane.asgi import application
-from teams import services as teams
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,13 +21,8 @@ def get(path: str, token: str | None = None) -> dict:
     return async_to_sync(communicator.get_response)()
 
 
-@pytest.fixture
-def token(tenants):
-    return teams.issue_token(User.objects.get(username="alice"))[1]
-
-
-def test_every_middleware_applies_through_the_asgi_application(token):
-    response = get("/api/v1/me", token)
+def test_every_middleware_applies_through_the_asgi_application(alice_token):
+    response = get("/api/v1/me", alice_token)
     assert response["status"] == 200
     headers = {k.decode().lower(): v.decode() for k, v in response["headers"]}
     assert headers["x-request-id"]  # ours, the outermost
@@ -39,7 +32,7 @@ def test_every_middleware_applies_through_the_asgi_application(token):
     assert get("/api/v1/me")["status"] == 401
 
 
-def test_a_request_enters_its_thread_once(token, monkeypatch):
+def test_a_request_enters_its_thread_once(alice_token, monkeypatch):
     entered = []
     original = sync.SyncToAsync.__call__
 
@@ -48,7 +41,7 @@ def test_a_request_enters_its_thread_once(token, monkeypatch):
         return await original(self, *args, **kwargs)
 
     monkeypatch.setattr(sync.SyncToAsync, "__call__", counted)
-    assert get("/api/v1/me", token)["status"] == 200
+    assert get("/api/v1/me", alice_token)["status"] == 200
     # request_started's receivers, the middleware chain (from the outermost, ours, to the view),
     # closing the response. Django's own handler entered it 16 times: for every hook of its
     # middleware mixin (Session, Common, Csrf, Auth, Messages, XFrameOptions) and the view.

@@ -2,28 +2,22 @@
 the pages learn the sockets' ports from ACCELPLANE_SOCKET_PORTS, a setting refused at start
 when it is not a short list of ports; and every server refuses a body past the limit before
 reading it all (the ASGI handler as the body arrives, the middleware from its declared
-length), the files of a multipart upload included."""
+length), the files of a multipart upload included. (Chunked bodies over WSGI:
+tests/api/test_wsgi_requests.py.)"""
 
 from __future__ import annotations
 
-import io
-import json
 import re
-import sys
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import HttpCommunicator
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from controlplane.asgi import application
 from controlplane.settings import envports
-from controlplane.wsgi import application as wsgi_application
-from teams import services as teams
-from tests.support import NAMESPACE, job
 
 
 @pytest.mark.parametrize(
@@ -114,51 +108,3 @@ def test_an_upload_past_the_limit_is_refused_before_it_is_read(admin_client):
     response = admin_client.post("/platform/", {"service_account_key": big})
     assert response.status_code == 413
     assert str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE) in response.json()["detail"]
-
-
-def post_chunked_through_wsgi(body: bytes, token: str) -> tuple[str, dict]:
-    """POST `body` to the WSGI application as granian hands over a chunked request: no
-    CONTENT_LENGTH, the body in wsgi.input."""
-    environ = {
-        "REQUEST_METHOD": "POST",
-        "PATH_INFO": "/api/v1/workloads",
-        "QUERY_STRING": f"namespace={NAMESPACE}",
-        "SERVER_NAME": "localhost",
-        "SERVER_PORT": "80",
-        "HTTP_HOST": "localhost",
-        "HTTP_AUTHORIZATION": f"Bearer {token}",
-        "HTTP_TRANSFER_ENCODING": "chunked",
-        "CONTENT_TYPE": "application/yaml",
-        "wsgi.input": io.BytesIO(body),
-        "wsgi.errors": sys.stderr,
-        "wsgi.url_scheme": "http",
-        "wsgi.version": (1, 0),
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
-    }
-    started: list[str] = []
-    answer = b"".join(wsgi_application(environ, lambda status, headers: started.append(status)))
-    return started[0], json.loads(answer)
-
-
-@pytest.fixture
-def submitter_token(gpu_queues):
-    teams.ensure_team("llm", namespaces=[NAMESPACE], members=[("alice", "submitter")])
-    return teams.issue_token(User.objects.get(username="alice"))[1]
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_chunked_submission_is_read_whole_over_wsgi(submitter_token):
-    """Django reads a WSGI body up to its declared length: a chunked one was seen as empty."""
-    status, answer = post_chunked_through_wsgi(job("chunked").encode(), submitter_token)
-    assert status.startswith("201"), answer
-    assert answer["applied"] == [{"key": f"Job/{NAMESPACE}/chunked", "action": "created"}]
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_chunked_body_past_the_limit_is_refused(submitter_token):
-    body = b"x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
-    status, answer = post_chunked_through_wsgi(body, submitter_token)
-    assert status.startswith("413")
-    assert str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE) in answer["detail"]
