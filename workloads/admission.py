@@ -34,9 +34,9 @@ from workloads.snapshot import (
     HEADS_PER_QUEUE,
     ClusterSnapshot,
     admission_json,
-    cluster_scheduling_config,
     load,
     query_active_rows,
+    queue_specs,
 )
 
 ADMIT_FIELDS = [
@@ -148,10 +148,11 @@ def admit_pending(
     """
     with _collection_paused(), transaction.atomic(), deferred_events():
         lock_admission(cluster)
-        config = cluster_scheduling_config(cluster)
-        fairsharing.sample(cluster, now, config.admission_fair_sharing)
+        queues = queue_specs(cluster)
+        if fairsharing.sample(cluster, now, queues.config.admission_fair_sharing):
+            queues = queue_specs(cluster)  # with the LocalQueues' usage it sampled
         rows = admission_cache.active_rows if settings.ADMISSION_CACHE else query_active_rows
-        snap = load(cluster, heads_per_queue, rows, parking.counted(cluster.pk, now), config)
+        snap = load(cluster, heads_per_queue, rows, parking.counted(cluster.pk, now), queues)
         decisions = scheduler.schedule(snap.snapshot, max_admissions=max_admissions)
         _Writer(cluster, snap, now).write(decisions)
         _charge_local_queues(snap, decisions)

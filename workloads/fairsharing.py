@@ -44,12 +44,12 @@ def _live_usage(cluster: Cluster) -> dict[tuple[str, str], Consumed]:
     return usage
 
 
-def sample(cluster: Cluster, now: datetime, config: AdmissionFairSharing | None) -> None:
+def sample(cluster: Cluster, now: datetime, config: AdmissionFairSharing | None) -> bool:
     """Kueue `reconcileConsumedUsage` for every LocalQueue of the cluster whose last sample is
     at least `usageSamplingInterval` old (a LocalQueue never sampled starts its clock now).
-    `config`: the cluster's (`snapshot.cluster_scheduling_config`); None turns it off."""
+    `config`: the cluster's (`snapshot.queue_specs`); None turns it off. Whether it wrote."""
     if config is None:
-        return
+        return False
     live: dict[tuple[str, str], Consumed] | None = None
     changed = []
     for row in LocalQueue.objects.filter(cluster=cluster):
@@ -72,6 +72,7 @@ def sample(cluster: Cluster, now: datetime, config: AdmissionFairSharing | None)
         row.usage_sampled_at = now
         changed.append(row)
     LocalQueue.objects.bulk_update(changed, ["consumed_resources", "usage_sampled_at"])
+    return bool(changed)
 
 
 def charge(

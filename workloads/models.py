@@ -547,3 +547,19 @@ class CapacityRelease(models.Model):
 
     def __str__(self) -> str:
         return f"capacity released on cluster {self.cluster_id}"
+
+
+class QueueGeneration(models.Model):
+    """A stamp that database triggers (migration 0019) renew at every insert, update and delete
+    of a cluster's ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, AdmissionChecks,
+    Topologies and Configuration, in the writer's transaction, whoever writes. Admission reads
+    this one row and the queue objects again only when it changed
+    (workloads.snapshot.queue_specs). A new stamp each time, never a count: a rolled-back
+    write's count would come back for other specs."""
+
+    # A plain integer, not a foreign key: deleting a cluster deletes its queues, which stamps.
+    cluster_id = models.BigIntegerField(primary_key=True)
+    generation = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {self.generation}"

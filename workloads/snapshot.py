@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import (
     DateTimeField,
@@ -39,6 +40,7 @@ from workloads.models import (
     KubeObject,
     LocalQueue,
     Pod,
+    QueueGeneration,
     QueueObject,
     ResourceFlavor,
     Topology,
@@ -58,7 +60,7 @@ class ClusterSnapshot:
     """Pending workloads of stopped or missing LocalQueues: never given to the scheduler."""
     releases: int
     """The cluster's count of capacity releases it was read at (workloads/parking.py)."""
-    flavor_specs: dict[str, str]
+    flavor_specs: Mapping[str, str]
     """The ResourceFlavors' specs as JSON text, by name (for `pods.start`)."""
 
     def fetch(self, keys: Iterable[str]) -> dict[str, Workload]:
@@ -463,7 +465,7 @@ def query_active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> 
 # tuples while unchanged, so a row's identity says its conversion holds, where hashing each
 # row's sixteen values, or even taking its LocalQueue apart, cost more.
 CONVERSIONS_SWEPT_EVERY = 64
-_Queues = tuple[Mapping[tuple[str, str], str], set[tuple[str, str]]]
+_Queues = tuple[Mapping[tuple[str, str], str], Set[tuple[str, str]]]
 _Conversion = tuple[
     WorkloadRow, str, tuple[str, str, bool] | None, s.Pending | None, s.Workload | None
 ]
@@ -489,7 +491,7 @@ def _workloads(
     cluster: Cluster,
     rows: Iterable[WorkloadRow],
     cq_by_queue: Mapping[tuple[str, str], str],
-    stopped: set[tuple[str, str]],
+    stopped: Set[tuple[str, str]],
 ) -> tuple[list[s.Workload], dict[str, int], dict[str, tuple[str, str, bool]], list[s.Pending]]:
     """Scheduler workloads; pending ones of a stopped (stopPolicy) or missing LocalQueue are
     held back until it is started or applied."""
@@ -524,7 +526,7 @@ def _workloads(
 def _conversion(
     row: WorkloadRow,
     cq_by_queue: Mapping[tuple[str, str], str],
-    stopped: set[tuple[str, str]],
+    stopped: Set[tuple[str, str]],
     last: _Conversion | None,
 ) -> _Conversion:
     """A row's conversion; `last`'s if the row is as then (the LocalQueues are: `_workloads`
@@ -573,18 +575,97 @@ def load(
     heads_per_queue: int = HEADS_PER_QUEUE,
     active_rows: Callable[[Cluster, int, int], list[WorkloadRow]] = query_active_rows,
     releases: int | None = None,
-    config: SchedulingConfig | None = None,
+    queues: QueueSpecs | None = None,
 ) -> ClusterSnapshot:
-    """Queues, flavors, cohorts, the Configuration and the active workloads of a cluster in
-    seven queries; three more (topologies, nodes, bound pods) when a ResourceFlavor is
-    topology-aware. Workloads are parked or not at the count of capacity releases `releases`
-    (without it, the cluster's count: one more query), under the scheduling configuration
-    `config` (without it, the cluster's)."""
+    """Queues, flavors, cohorts, the Configuration (`queue_specs`) and the active workloads of
+    a cluster: two queries while the queue objects are as last read, eight when they changed;
+    two more (nodes, bound pods) when a ResourceFlavor is topology-aware. Workloads are parked
+    or not at the count of capacity releases `releases` (without it, the cluster's count: one
+    more query), under the queue objects `queues` (without them, the cluster's)."""
     if releases is None:
         releases = parking.releases(cluster.pk)
-    if config is None:
-        config = cluster_scheduling_config(cluster)
+    if queues is None:
+        queues = queue_specs(cluster)
+    workloads, ids, pending_state, held = _workloads(
+        cluster, active_rows(cluster, heads_per_queue, releases), queues.queue_of, queues.stopped
+    )
+    snapshot = s.Snapshot(
+        cluster_queues=queues.cluster_queues,
+        cohorts=queues.cohorts,
+        flavors=queues.flavors,
+        workloads=tuple(workloads),
+        config=queues.config,
+        local_queue_usage=queues.local_queue_usage,
+        local_queue_weights=queues.local_queue_weights,
+    )
+    if queues.topologies is not None:
+        snapshot = _with_topology(
+            cluster, snapshot, queues.topologies, _tas_workload_ids(workloads, ids)
+        )
+    return ClusterSnapshot(
+        cluster, snapshot, ids, pending_state, held, releases, queues.flavor_specs
+    )
 
+
+@dataclass(frozen=True, slots=True)
+class QueueSpecs:
+    """What admission reads of a cluster's queue objects, converted for the scheduler."""
+
+    config: SchedulingConfig
+    cluster_queues: Mapping[str, s.ClusterQueue]
+    cohorts: Mapping[str, s.Cohort]
+    flavors: Mapping[str, s.ResourceFlavor]
+    flavor_specs: Mapping[str, str]
+    """Each ResourceFlavor's spec as stored (JSON text), by name."""
+    queue_of: Mapping[tuple[str, str], str]
+    """Each LocalQueue's ClusterQueue, by (namespace, name)."""
+    stopped: Set[tuple[str, str]]
+    """LocalQueues with a stopPolicy."""
+    local_queue_usage: Mapping[str, float]
+    local_queue_weights: Mapping[str, float]
+    topologies: Mapping[str, s.Topology] | None
+    """None unless a ResourceFlavor is topology-aware."""
+
+
+_queues_seen: dict[int, tuple[int | None, QueueSpecs]] = {}
+
+
+def queue_specs(cluster: Cluster) -> QueueSpecs:
+    """The cluster's queue objects and Configuration as the scheduler reads them.
+
+    Every admission run asks, and they seldom change: the specs this process converted last
+    are kept, and read again (six queries, seven with a topology-aware flavor) only when the
+    cluster's `QueueGeneration`, a stamp database triggers renew at every write to its queue
+    objects whoever writes, is no longer the one read before them. With the admission cache
+    off they are read every time; with it verified, compared with a fresh read."""
+    # Read before the specs: a change committed in between shows in the specs now, and in
+    # the generation next time, which reads them again.
+    stamp = _select(QueueGeneration, cluster.pk, "generation", "cluster_id")
+    generation = stamp[0][0] if stamp else None
+    seen = _queues_seen.get(cluster.pk)
+    if settings.ADMISSION_CACHE and seen is not None and seen[0] == generation:
+        if settings.ADMISSION_CACHE_VERIFY and seen[1] != (read := _read_queue_specs(cluster)):
+            del _queues_seen[cluster.pk]
+            raise QueueSpecsDrift(f"cluster {cluster.pk}: kept {seen[1]!r}, read {read!r}")
+        return seen[1]
+    specs = _read_queue_specs(cluster)
+    _queues_seen[cluster.pk] = (generation, specs)
+    return specs
+
+
+def forget_cluster(cluster_id: int) -> None:
+    """A deleted cluster's stamp (deleting its queues renewed it) and its kept specs."""
+    QueueGeneration.objects.filter(cluster_id=cluster_id).delete()
+    _queues_seen.pop(cluster_id, None)
+
+
+class QueueSpecsDrift(AssertionError):
+    """ADMISSION_CACHE_VERIFY: the kept queue specs and the database disagree (a write no
+    trigger saw)."""
+
+
+def _read_queue_specs(cluster: Cluster) -> QueueSpecs:
+    config = cluster_scheduling_config(cluster)
     known_checks = frozenset(name for name, _ in _specs(AdmissionCheck, cluster))
     cqs = {
         name: _cluster_queue(name, cohort_name, spec, known_checks)
@@ -596,10 +677,10 @@ def load(
     }
     flavor_specs: dict[str, str] = dict(_specs(ResourceFlavor, cluster))
     flavors = {name: _resource_flavor(name, spec) for name, spec in flavor_specs.items()}
-    cq_by_queue, stopped = {}, set()
+    queue_of, stopped = {}, set()
     lq_usage, lq_weights = {}, {}
     for ns, name, cq, spec, consumed in _local_queues(cluster):
-        cq_by_queue[(ns, name)] = cq
+        queue_of[(ns, name)] = cq
         stop_policy, weight = _local_queue_spec(spec)
         if stop_policy != "None":
             stopped.add((ns, name))
@@ -607,21 +688,21 @@ def load(
             lq_weights[f"{ns}/{name}"] = weight = 1.0 if weight is None else weight
             afs = config.admission_fair_sharing
             lq_usage[f"{ns}/{name}"] = local_queue_usage(json.loads(consumed), weight, afs)
-    workloads, ids, pending_state, held = _workloads(
-        cluster, active_rows(cluster, heads_per_queue, releases), cq_by_queue, stopped
-    )
-    snapshot = s.Snapshot(
+    topologies = None
+    if any(f.topology_name for f in flavors.values()):
+        topologies = {name: _topology(name, spec) for name, spec in _specs(Topology, cluster)}
+    return QueueSpecs(
+        config=config,
         cluster_queues=cqs,
         cohorts=cohorts,
         flavors=flavors,
-        workloads=tuple(workloads),
-        config=config,
+        flavor_specs=flavor_specs,
+        queue_of=queue_of,
+        stopped=frozenset(stopped),
         local_queue_usage=lq_usage,
         local_queue_weights=lq_weights,
+        topologies=topologies,
     )
-    if any(f.topology_name for f in flavors.values()):
-        snapshot = _with_topology(cluster, snapshot, _tas_workload_ids(workloads, ids))
-    return ClusterSnapshot(cluster, snapshot, ids, pending_state, held, releases, flavor_specs)
 
 
 def _specs(model: type[QueueObject], cluster: Cluster, *fields: str) -> list[tuple[Any, ...]]:
@@ -726,9 +807,13 @@ def scheduling_config(spec: Mapping[str, Any]) -> SchedulingConfig:
     )
 
 
-def _with_topology(cluster: Cluster, snapshot: s.Snapshot, tas_ids: set[int]) -> s.Snapshot:
+def _with_topology(
+    cluster: Cluster,
+    snapshot: s.Snapshot,
+    topologies: Mapping[str, s.Topology],
+    tas_ids: set[int],
+) -> s.Snapshot:
     """What TAS flavors place pods on: topologies, nodes and what non-TAS pods take."""
-    topologies = {name: _topology(name, spec) for name, spec in _specs(Topology, cluster)}
     return replace(
         snapshot,
         topologies=topologies,
