@@ -15,23 +15,23 @@ from workloads.models import KubeObject
 pytestmark = pytest.mark.django_db
 
 # One Job submitted while a worker admits (ACCELPLANE_ADMISSION=worker), on PostgreSQL:
-#  1. the API token and its user (authentication)
+#  1. the API token, its user, and the user's namespaces and roles (authentication, and the
+#     authorization of every document)
 #  2. the cluster (the first two: one cluster, so no ?cluster= needed)
-#  3. the caller's namespaces and roles (authorization of every document)
-#  4. SAVEPOINT: services.apply's transaction (BEGIN outside a test)
-#  5. which of the objects the documents name exist (none here; those that do are then
+#  3. SAVEPOINT: services.apply's transaction (BEGIN outside a test)
+#  4. which of the objects the documents name exist (none here; those that do are then
 #     loaded, one more query for a resubmission)
-#  6. every WorkloadPriorityClass and PriorityClass of the cluster (one UNION)
-#  7. INSERT the Job (one for all the request's new objects)
-#  8. INSERT its Kueue workloads (one for all the new objects' replicas)
-#  9. the last seq (SQLite only: it numbers events as it writes them)
-# 10. INSERT its events (object.created, workload.submitted)
-# 11. RELEASE SAVEPOINT (COMMIT outside a test)
+#  5. every WorkloadPriorityClass and PriorityClass of the cluster (one UNION)
+#  6. INSERT the Job (one for all the request's new objects)
+#  7. INSERT its Kueue workloads (one for all the new objects' replicas)
+#  8. the last seq (SQLite only: it numbers events as it writes them)
+#  9. INSERT its events (object.created, workload.submitted)
+# 10. RELEASE SAVEPOINT (COMMIT outside a test)
 # and nothing read for the response: it shows what was created as it was stored (admitting in
 # the request, the objects are read again, and their workloads: two queries more), and
 # nothing after the commit: the worker's settle the submission queues numbers its events
 # (on PostgreSQL; admitting in the request, it numbers them itself: seven queries more).
-SUBMISSION_QUERIES = 11
+SUBMISSION_QUERIES = 10
 
 LEADER_WORKER_SET = """\
 apiVersion: leaderworkerset.x-k8s.io/v1

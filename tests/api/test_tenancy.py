@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 
+from teams import services as teams
 from tests.api.test_workloads import post_manifests
 from tests.support import deployment, job, row_counts
 
@@ -97,3 +99,21 @@ def test_a_viewer_reads_but_cannot_change(carol, submitted):
     scaled = carol.post(f"/api/v1/workloads/{deployment_id}/scale", {"replicas": 2}, format="json")
     assert scaled.status_code == 403
     assert post_manifests(carol, job(name="mine"), namespace="llm").status_code == 403
+
+
+def test_a_token_reads_its_users_scope_with_it_as_the_user_alone_reads_it(tenants):
+    """The namespaces and roles come in the token's statement: the same scope, for a member
+    of two teams (submitter of one, viewer of the other), of a team without namespaces, and
+    of no team."""
+    teams.ensure_team("shared", namespaces=["shared-a", "shared-b"], members=[("bob", "viewer")])
+    teams.ensure_team("empty", namespaces=[], members=[("dave", "submitter")])
+    User.objects.create_user("erin")
+    for name in ("alice", "bob", "carol", "dave", "erin"):
+        user = User.objects.get(username=name)
+        with_token = teams.authenticate(teams.issue_token(user)[1]).user
+        assert teams.scope_of(with_token) == teams.scope_of(user), name
+
+    bob = teams.authenticate(teams.issue_token(User.objects.get(username="bob"))[1]).user
+    assert teams.scope_of(bob) == teams.Scope(
+        False, frozenset({"vision", "shared-a", "shared-b"}), frozenset({"vision"})
+    )
