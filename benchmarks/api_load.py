@@ -27,7 +27,6 @@ import secrets
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
@@ -43,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/api_load.py` too
 
 from benchmarks import processes  # noqa: E402
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 DATABASE = "accelplane_bench"
 PG = "postgres://postgres@127.0.0.1:5432"
@@ -413,7 +413,7 @@ def main() -> None:
         **os.environ,
         "DATABASE_URL": f"{PG}/{DATABASE}",
         "REDIS_URL": REDIS_URL,
-        "ACCELPLANE_VAR_DIR": tempfile.mkdtemp(prefix="accelplane-bench-"),
+        "ACCELPLANE_VAR_DIR": scratch_dir(),
         "ACCELPLANE_PORT": str(PORT),
         "ACCELPLANE_API_RATE": "1000000/min",
         # Production settings (DEBUG off) over plain HTTP on this machine, a key for this run.

@@ -21,7 +21,6 @@ import argparse
 import os
 import secrets
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,7 +30,9 @@ _parser.add_argument("--database-url", default="", help="a PostgreSQL server (de
 ARGS = _parser.parse_args()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("ACCELPLANE_VAR_DIR", tempfile.mkdtemp(prefix="accelplane-bench-"))
+from benchmarks.scratch import scratch_dir  # noqa: E402
+
+os.environ.setdefault("ACCELPLANE_VAR_DIR", scratch_dir())
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 # Every Job in one apply: past the limits a tenant's request has (docs/api.md, "Limits").
 for _limit in ("DOCUMENTS", "EXPANDED_MANIFEST_BYTES", "PODS_PER_REQUEST"):

@@ -16,7 +16,6 @@ import heapq
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("ACCELPLANE_VAR_DIR", tempfile.mkdtemp(prefix="accelplane-bench-"))
+from benchmarks.scratch import scratch_dir  # noqa: E402
+
+os.environ.setdefault("ACCELPLANE_VAR_DIR", scratch_dir())
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 os.environ.pop("DATABASE_URL", None)
 

@@ -25,7 +25,6 @@ import argparse
 import os
 import secrets
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,7 +44,9 @@ _parser.add_argument("--database-name", default="", help="PostgreSQL: the scratc
 ARGS = _parser.parse_args()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("ACCELPLANE_VAR_DIR", tempfile.mkdtemp(prefix="accelplane-bench-"))
+from benchmarks.scratch import scratch_dir  # noqa: E402
+
+os.environ.setdefault("ACCELPLANE_VAR_DIR", scratch_dir())
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 os.environ.pop("DATABASE_URL", None)
 if ARGS.database_url:

@@ -23,11 +23,14 @@ import secrets
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.scratch import scratch_dir  # noqa: E402
+
 DATABASE = "accelplane_bench_ws"
 PG = "postgres://postgres@127.0.0.1:5432"
 REDIS_URL = "redis://127.0.0.1:6379/7"
@@ -37,7 +40,7 @@ SOCKET_PORTS = (PORT + 2, PORT + 3)  # make stack's, after its two HTTP servers 
 ENV = {
     "DATABASE_URL": f"{PG}/{DATABASE}",
     "REDIS_URL": REDIS_URL,
-    "ACCELPLANE_VAR_DIR": tempfile.mkdtemp(prefix="accelplane-bench-"),
+    "ACCELPLANE_VAR_DIR": scratch_dir(),
     "DJANGO_SETTINGS_MODULE": "controlplane.settings",
     "ACCELPLANE_PORT": str(PORT),
     "LOG_LEVEL": os.environ.get("LOG_LEVEL", "ERROR"),
@@ -47,7 +50,6 @@ ENV = {
     "SECURE_SSL_REDIRECT": "false",
 }
 os.environ.update(ENV)
-sys.path.insert(0, str(ROOT))
 
 QUEUES = """
 apiVersion: kueue.x-k8s.io/v1beta2
