@@ -43,6 +43,9 @@ class SyncChainASGIHandler(ASGIHandler):
         self._middleware_chain = sync_to_async(chain, thread_sensitive=True)
 
     async def handle(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if _declared_length(scope) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+            await self.send_response(body_too_large(), send)  # none of it read
+            return
         try:
             await super().handle(scope, receive, send)
         except BodyTooLarge:
@@ -62,6 +65,15 @@ class SyncChainASGIHandler(ASGIHandler):
             return message
 
         return await super().read_body(bounded)
+
+
+def _declared_length(scope: Mapping[str, Any]) -> int:
+    """The request's Content-Length, or 0 if it has none or not a number (the body is then
+    bounded as it arrives)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
 
 
 # Django must be set up before the consumers (and the models they use) are imported.

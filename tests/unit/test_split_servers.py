@@ -54,7 +54,7 @@ def test_without_sockets_servers_pages_use_their_own_origin(client, settings):
     assert socket_port(client) is None
 
 
-def post_through_asgi(messages: list[dict]) -> tuple[int, int]:
+def post_through_asgi(messages: list[dict], headers: tuple = ()) -> tuple[int, int]:
     """POST the body `messages` through the ASGI application: (status, messages read)."""
     read = 0
 
@@ -73,7 +73,7 @@ def post_through_asgi(messages: list[dict]) -> tuple[int, int]:
         "method": "POST",
         "path": "/api/v1/workloads",
         "query_string": b"",
-        "headers": [(b"host", b"localhost"), (b"content-type", b"application/yaml")],
+        "headers": [(b"host", b"localhost"), (b"content-type", b"application/yaml"), *headers],
     }
     async_to_sync(application)(scope, receive, send)
     return sent[0]["status"], read
@@ -87,6 +87,15 @@ def test_the_asgi_application_stops_reading_a_body_past_the_limit():
 
     assert status == 413
     assert read == settings.DATA_UPLOAD_MAX_MEMORY_SIZE // len(chunk) + 1
+
+
+def test_a_declared_length_past_the_limit_is_refused_before_any_of_the_body_is_read():
+    declared = str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1).encode()
+    body = [{"type": "http.request", "body": b"x" * 65536, "more_body": True}]
+
+    status, read = post_through_asgi(body, headers=((b"content-length", declared),))
+
+    assert (status, read) == (413, 0)
 
 
 @pytest.mark.django_db(transaction=True)
