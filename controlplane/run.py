@@ -41,8 +41,8 @@ ASGI_APPLICATION = "controlplane.asgi:application"
 HTTP_PROTOCOL = "controlplane.http:BoundedHttpToolsProtocol"  # uvicorn's --http
 HTTP_SERVER = "granian"  # make stack's, serving WSGI_APPLICATION
 WSGI_APPLICATION = "controlplane.wsgi:application"
-# An HTTP server's requests at once: as many as its process's database connections
-# (settings.DATABASE_POOL_SIZE), so that none waits for one.
+# An HTTP server's requests at once without a connection pool (DATABASE_POOL_SIZE=0: each
+# thread keeps a connection); with one, as many as the pool holds (`http_threads`).
 HTTP_THREADS = 8
 # A request's line and headers at most, as uvicorn's parser (controlplane/http.py) and daphne's
 # bound them: past it, granian answers 431 and closes.
@@ -80,12 +80,21 @@ def web_command(server: str, port: str) -> list[str]:
     ]
 
 
+def http_threads() -> int:
+    """As many requests at once as the process's pool of database connections holds
+    (settings.DATABASE_POOL_SIZE, HTTP_THREADS by default): a thread more would wait up to the
+    pool's timeout for a connection and answer 503."""
+    pool = os.environ.get("DATABASE_POOL_SIZE", "")
+    # Not a number: the settings stop every process at start, naming it.
+    return int(pool) if pool.isdigit() and int(pool) > 0 else HTTP_THREADS
+
+
 def http_command(port: str) -> list[str]:
     """The full stack's HTTP server: granian's WSGI interface, HTTP/1.1 only, with an access
     log as the ASGI servers keep."""
     return [
         *(sys.executable, "-m", HTTP_SERVER, "--interface", "wsgi", "--host", HOST, "--port", port),
-        *("--http", "1", "--no-ws", "--blocking-threads", str(HTTP_THREADS)),
+        *("--http", "1", "--no-ws", "--blocking-threads", str(http_threads())),
         *("--http1-buffer-size", str(HTTP_HEAD_BYTES), "--access-log"),
         WSGI_APPLICATION,
     ]

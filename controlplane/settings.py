@@ -148,6 +148,7 @@ ASGI_APPLICATION = "controlplane.asgi.application"
 ACCELPLANE_SOCKET_PORTS = envports("ACCELPLANE_SOCKET_PORTS")
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
+# make stack's HTTP servers run as many requests at once (controlplane.run.http_threads).
 DATABASE_POOL_SIZE = envint("DATABASE_POOL_SIZE", 8)
 PREPARE_THRESHOLD = 5  # psycopg's own default
 if DATABASE_URL:

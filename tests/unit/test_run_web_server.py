@@ -108,6 +108,13 @@ def test_each_command_line_is_one_its_server_accepts() -> None:
     assert granian["log_access_enabled"] is True
 
 
+@pytest.mark.parametrize(("pool", "threads"), [("4", 4), ("16", 16), ("0", 8), ("", 8)])
+def test_the_http_servers_threads_follow_the_connection_pool(monkeypatch, pool, threads):
+    monkeypatch.setenv("DATABASE_POOL_SIZE", pool)
+    granian = granian_cli.make_context("granian", run.http_command(run.PORT)[3:]).params
+    assert granian["blocking_threads"] == threads
+
+
 class Launched:
     """A child process that was never started: run.main's view of it while supervise runs."""
 
