@@ -5,6 +5,8 @@ number on SQLite): a count would come back after a rollback and stand for other 
 
 from django.db import migrations, models
 
+from controlplane.vendor_sql import run_for_vendor
+
 GENERATIONS = "clusters_nodegeneration"
 STAMPS = "clusters_node_stamps"
 STAMP = "ON CONFLICT (cluster_id) DO UPDATE SET generation = excluded.generation"
@@ -78,14 +80,6 @@ SQLITE_DROP = [
 ]
 
 
-def _run(statements_by_vendor):
-    def run(apps, schema_editor):
-        for statement in statements_by_vendor[schema_editor.connection.vendor]:
-            schema_editor.execute(statement)
-
-    return run
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("clusters", "0006_imported_clusters"),
@@ -100,7 +94,7 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.RunPython(
-            _run({"postgresql": POSTGRESQL, "sqlite": SQLITE}),
-            _run({"postgresql": POSTGRESQL_DROP, "sqlite": SQLITE_DROP}),
+            run_for_vendor({"postgresql": POSTGRESQL, "sqlite": SQLITE}),
+            run_for_vendor({"postgresql": POSTGRESQL_DROP, "sqlite": SQLITE_DROP}),
         ),
     ]

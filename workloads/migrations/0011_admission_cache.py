@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+from controlplane.vendor_sql import run_for_vendor
+
 # The columns `workloads/snapshot.py` reads or filters on: a change to any other column (pod
 # counts, timestamps of the simulated run) does not change what admission sees.
 WATCHED = (
@@ -88,14 +90,6 @@ SQLITE_DROP = [
 ]
 
 
-def _run(statements_by_vendor):
-    def run(apps, schema_editor):
-        for statement in statements_by_vendor[schema_editor.connection.vendor]:
-            schema_editor.execute(statement)
-
-    return run
-
-
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -122,7 +116,7 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(
-            _run({"postgresql": POSTGRESQL, "sqlite": SQLITE}),
-            _run({"postgresql": POSTGRESQL_DROP, "sqlite": SQLITE_DROP}),
+            run_for_vendor({"postgresql": POSTGRESQL, "sqlite": SQLITE}),
+            run_for_vendor({"postgresql": POSTGRESQL_DROP, "sqlite": SQLITE_DROP}),
         ),
     ]

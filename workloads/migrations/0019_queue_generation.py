@@ -5,6 +5,8 @@ miss it. Each stamp is new: a sequence on PostgreSQL, a random 64-bit number on 
 
 from django.db import migrations, models
 
+from controlplane.vendor_sql import run_for_vendor
+
 GENERATIONS = "workloads_queuegeneration"
 STAMPS = "workloads_queue_stamps"
 UPSERT = "ON CONFLICT (cluster_id) DO UPDATE SET generation = excluded.generation"
@@ -82,14 +84,6 @@ SQLITE = [
 SQLITE_DROP = [f"DROP TRIGGER {table}_{suffix}" for table in TABLES for suffix, *_ in EVENTS]
 
 
-def _run(statements_by_vendor):
-    def run(apps, schema_editor):
-        for statement in statements_by_vendor[schema_editor.connection.vendor]:
-            schema_editor.execute(statement)
-
-    return run
-
-
 class Migration(migrations.Migration):
     dependencies = [("workloads", "0018_requeue_batch")]
 
@@ -102,7 +96,7 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.RunPython(
-            _run({"postgresql": POSTGRESQL, "sqlite": SQLITE}),
-            _run({"postgresql": POSTGRESQL_DROP, "sqlite": SQLITE_DROP}),
+            run_for_vendor({"postgresql": POSTGRESQL, "sqlite": SQLITE}),
+            run_for_vendor({"postgresql": POSTGRESQL_DROP, "sqlite": SQLITE_DROP}),
         ),
     ]
