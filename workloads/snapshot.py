@@ -645,7 +645,7 @@ def queue_specs(cluster: Cluster) -> QueueSpecs:
     seen = _queues_seen.get(cluster.pk)
     if settings.ADMISSION_CACHE and seen is not None and seen[0] == generation:
         if settings.ADMISSION_CACHE_VERIFY and seen[1] != (read := _read_queue_specs(cluster)):
-            del _queues_seen[cluster.pk]
+            _queues_seen.pop(cluster.pk, None)
             raise QueueSpecsDrift(f"cluster {cluster.pk}: kept {seen[1]!r}, read {read!r}")
         return seen[1]
     specs = _read_queue_specs(cluster)
