@@ -4,6 +4,8 @@ to the queue objects admission reads, whoever writes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -71,7 +73,7 @@ def test_every_write_to_a_queue_table_renews_the_stamp_even_in_plain_sql(cluster
     assert len(set(stamps)) == 4  # each write a new stamp
 
 
-def test_the_stamp_is_the_clusters_own(cluster, gpu_queues):
+def test_the_stamp_is_the_clusters_own(gpu_queues):
     other = Cluster.objects.create(name="other", status=Cluster.Status.RUNNING)
     before = _stamp(gpu_queues)
     services.apply(
@@ -130,15 +132,8 @@ def test_verify_mode_fails_on_kept_specs_the_database_does_not_hold(gpu_queues, 
     kept = snapshot.queue_specs(gpu_queues)
     # As if a write had changed the queues without renewing the stamp.
     stamp, _ = snapshot._queues_seen[gpu_queues.pk]
-    snapshot._queues_seen[gpu_queues.pk] = (
-        stamp,
-        kept.__class__(
-            **{
-                **{name: getattr(kept, name) for name in kept.__slots__},
-                "stopped": frozenset({(NAMESPACE, "team-llm")}),
-            }
-        ),
-    )
+    stopped = replace(kept, stopped=frozenset({(NAMESPACE, "team-llm")}))
+    snapshot._queues_seen[gpu_queues.pk] = (stamp, stopped)
     with pytest.raises(snapshot.QueueSpecsDrift, match="team-llm"):
         snapshot.queue_specs(gpu_queues)
     assert snapshot.queue_specs(gpu_queues) == kept  # read again, and kept again
