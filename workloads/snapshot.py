@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import Any, TypeVar
+from functools import lru_cache, partial
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 from django.db import connection
@@ -108,6 +108,7 @@ _OWNER = Workload._meta.get_field("owner").cache_name
 _OWNER_CLUSTER = KubeObject._meta.get_field("cluster").cache_name
 
 M = TypeVar("M", bound=Model)
+K = TypeVar("K")  # a value `_KeptWhileStamped` keeps
 
 
 def rows_to_write(cluster: Cluster, pks: Collection[int]) -> dict[int, Workload]:
@@ -627,36 +628,58 @@ class QueueSpecs:
     """None unless a ResourceFlavor is topology-aware."""
 
 
-_queues_seen: dict[int, tuple[int | None, QueueSpecs]] = {}
+class _KeptWhileStamped(Generic[K]):
+    """What a process read and converted of each cluster, kept while the cluster's stamp
+    (`stamps`: a table of one generation a cluster, which database triggers renew at every
+    write to what was read, whoever writes) is the one read before it. So any process's change
+    shows at the next call, and an unchanged cluster costs one small query."""
+
+    def __init__(self, stamps: type[Model]) -> None:
+        self.stamps = stamps
+        self.kept: dict[int, tuple[int | None, K]] = {}
+
+    def get(self, cluster_id: int, read: Callable[[], K], *, reuse: bool = True) -> tuple[K, bool]:
+        """The cluster's value, and whether it is the one kept (`reuse`: else read anew)."""
+        # Read before the value: a change committed in between shows in the value now, and in
+        # the stamp next time, which reads it again. In SQL, as `_specs`: every round asks.
+        stamp = _select(self.stamps, cluster_id, "generation", "cluster_id")
+        generation = stamp[0][0] if stamp else None
+        seen = self.kept.get(cluster_id)
+        if reuse and seen is not None and seen[0] == generation:
+            return seen[1], True
+        value = read()
+        self.kept[cluster_id] = (generation, value)
+        return value, False
+
+    def forget(self, cluster_id: int) -> None:
+        self.kept.pop(cluster_id, None)
+
+
+_queues_kept: _KeptWhileStamped[QueueSpecs] = _KeptWhileStamped(QueueGeneration)
 
 
 def queue_specs(cluster: Cluster) -> QueueSpecs:
     """The cluster's queue objects and Configuration as the scheduler reads them.
 
     Every admission run asks, and they seldom change: the specs this process converted last
-    are kept, and read again (six queries, seven with a topology-aware flavor) only when the
-    cluster's `QueueGeneration`, a stamp database triggers renew at every write to its queue
-    objects whoever writes, is no longer the one read before them. With the admission cache
-    off they are read every time; with it verified, compared with a fresh read."""
-    # Read before the specs: a change committed in between shows in the specs now, and in
-    # the generation next time, which reads them again.
-    stamp = _select(QueueGeneration, cluster.pk, "generation", "cluster_id")
-    generation = stamp[0][0] if stamp else None
-    seen = _queues_seen.get(cluster.pk)
-    if settings.ADMISSION_CACHE and seen is not None and seen[0] == generation:
-        if settings.ADMISSION_CACHE_VERIFY and seen[1] != (read := _read_queue_specs(cluster)):
-            _queues_seen.pop(cluster.pk, None)
-            raise QueueSpecsDrift(f"cluster {cluster.pk}: kept {seen[1]!r}, read {read!r}")
-        return seen[1]
-    specs = _read_queue_specs(cluster)
-    _queues_seen[cluster.pk] = (generation, specs)
+    are kept while the cluster's `QueueGeneration` (renewed at every write to its queue
+    objects) stays the same, and read again (six queries, seven with a topology-aware flavor)
+    when it changed. With the admission cache off they are read every time; with it verified,
+    compared with a fresh read."""
+    read = partial(_read_queue_specs, cluster)
+    specs, kept = _queues_kept.get(cluster.pk, read, reuse=settings.ADMISSION_CACHE)
+    if kept and settings.ADMISSION_CACHE_VERIFY and specs != (fresh := read()):
+        _queues_kept.forget(cluster.pk)
+        raise QueueSpecsDrift(f"cluster {cluster.pk}: kept {specs!r}, read {fresh!r}")
     return specs
 
 
 def forget_cluster(cluster_id: int) -> None:
-    """A deleted cluster's stamp (deleting its queues renewed it) and its kept specs."""
+    """A deleted cluster's stamp (deleting its queues renewed it), and its specs and nodes
+    kept here."""
     QueueGeneration.objects.filter(cluster_id=cluster_id).delete()
-    _queues_seen.pop(cluster_id, None)
+    _queues_kept.forget(cluster_id)
+    _nodes_kept.forget(cluster_id)
 
 
 class QueueSpecsDrift(AssertionError):
@@ -835,30 +858,25 @@ class ClusterNodes:
     """Node primary keys by name."""
 
 
-_nodes_seen: dict[int, tuple[int | None, ClusterNodes]] = {}
+_nodes_kept: _KeptWhileStamped[ClusterNodes] = _KeptWhileStamped(NodeGeneration)
 
 
 def cluster_nodes(cluster_id: int) -> ClusterNodes:
     """The cluster's nodes as the scheduler sees them.
 
     Every admission run of a TAS cluster, and every round of the simulated kube-scheduler,
-    asks for them, and they seldom change: the nodes this process converted last are kept,
-    and read again only when the cluster's `NodeGeneration` (a stamp database triggers renew
-    at every write to its nodes, whoever writes) is no longer the one read before them. So any
-    process's change shows at the next call, and an unchanged fleet costs one small query."""
-    # Read before the nodes: a change committed in between shows in the nodes now, and in
-    # the generation next time, which reads them again.
-    # In SQL, as `_specs`: every round of a TAS cluster asks.
-    stamp = _select(NodeGeneration, cluster_id, "generation", "cluster_id")
-    generation = stamp[0][0] if stamp else None
-    seen = _nodes_seen.get(cluster_id)
-    if seen is not None and seen[0] == generation:
-        return seen[1]
+    asks for them, and they seldom change: the nodes this process converted last are kept
+    while the cluster's `NodeGeneration` (renewed at every write to its nodes) stays the
+    same."""
+    return _nodes_kept.get(cluster_id, partial(_read_nodes, cluster_id))[0]
+
+
+def _read_nodes(cluster_id: int) -> ClusterNodes:
     # Plain SQL: a TAS cluster has hundreds of nodes, and the ORM's per-row work cost more
     # than the query.
     columns = "id, name, CAST(labels AS text), CAST(taints AS text), CAST(allocatable AS text), "
     rows = _select(Node, cluster_id, columns + "ready", "name")
-    result = ClusterNodes(
+    return ClusterNodes(
         nodes=tuple(
             s.Node(
                 name=name,
@@ -871,8 +889,6 @@ def cluster_nodes(cluster_id: int) -> ClusterNodes:
         ),
         ids={name: pk for pk, name, *_ in rows},
     )
-    _nodes_seen[cluster_id] = (generation, result)
-    return result
 
 
 def _tas_workload_ids(workloads: Iterable[s.Workload], ids: Mapping[str, int]) -> set[int]:

@@ -131,9 +131,9 @@ def test_verify_mode_fails_on_kept_specs_the_database_does_not_hold(gpu_queues, 
     settings.ADMISSION_CACHE_VERIFY = True
     kept = snapshot.queue_specs(gpu_queues)
     # As if a write had changed the queues without renewing the stamp.
-    stamp, _ = snapshot._queues_seen[gpu_queues.pk]
+    stamp, _ = snapshot._queues_kept.kept[gpu_queues.pk]
     stopped = replace(kept, stopped=frozenset({(NAMESPACE, "team-llm")}))
-    snapshot._queues_seen[gpu_queues.pk] = (stamp, stopped)
+    snapshot._queues_kept.kept[gpu_queues.pk] = (stamp, stopped)
     with pytest.raises(snapshot.QueueSpecsDrift, match="team-llm"):
         snapshot.queue_specs(gpu_queues)
     assert snapshot.queue_specs(gpu_queues) == kept  # read again, and kept again
@@ -152,4 +152,4 @@ def test_a_deleted_clusters_stamp_and_specs_are_forgotten(gpu_queues):
     pk = gpu_queues.pk
     gpu_queues.delete()
     assert not QueueGeneration.objects.filter(cluster_id=pk).exists()
-    assert pk not in snapshot._queues_seen
+    assert pk not in snapshot._queues_kept.kept
