@@ -161,16 +161,24 @@ class Node(models.Model):
         return self.name
 
 
-class NodeGeneration(models.Model):
-    """A stamp that database triggers (migration 0007) change at every insert, update and
-    delete of a cluster's nodes, in the writer's transaction, whoever writes. A reader that
-    keeps the nodes it converted (workloads.snapshot.cluster_nodes) reads this one row, and the
-    nodes again only when it changed. Each stamp is new, never a count: a rolled-back write's
-    count would come back for other nodes."""
+class ClusterStamp(models.Model):
+    """A stamp per cluster that database triggers renew at every insert, update and delete of
+    some of its rows, in the writer's transaction, whoever writes: a reader that keeps what it
+    converted of them reads this one row, and the rows again only when it changed
+    (workloads.snapshot._KeptWhileStamped). Each stamp is new, never a count: a rolled-back
+    write's count would come back for other rows."""
 
-    # A plain integer, not a foreign key: deleting a cluster deletes its nodes, which stamps.
+    # A plain integer, not a foreign key: deleting a cluster deletes the stamped rows, which
+    # stamps.
     cluster_id = models.BigIntegerField(primary_key=True)
     generation = models.BigIntegerField(default=0)
 
+    class Meta:
+        abstract = True
+
     def __str__(self) -> str:
         return f"{self.cluster_id}: {self.generation}"
+
+
+class NodeGeneration(ClusterStamp):
+    """Of the cluster's nodes (triggers: migration 0007)."""

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import models
 from django.db.models.deletion import Collector
 
-from clusters.models import Cluster, Node
+from clusters.models import Cluster, ClusterStamp, Node
 
 
 class QueueObject(models.Model):
@@ -549,17 +549,7 @@ class CapacityRelease(models.Model):
         return f"capacity released on cluster {self.cluster_id}"
 
 
-class QueueGeneration(models.Model):
-    """A stamp that database triggers (migration 0019) renew at every insert, update and delete
-    of a cluster's ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, AdmissionChecks,
-    Topologies and Configuration, in the writer's transaction, whoever writes. Admission reads
-    this one row and the queue objects again only when it changed
-    (workloads.snapshot.queue_specs). A new stamp each time, never a count: a rolled-back
-    write's count would come back for other specs."""
-
-    # A plain integer, not a foreign key: deleting a cluster deletes its queues, which stamps.
-    cluster_id = models.BigIntegerField(primary_key=True)
-    generation = models.BigIntegerField(default=0)
-
-    def __str__(self) -> str:
-        return f"{self.cluster_id}: {self.generation}"
+class QueueGeneration(ClusterStamp):
+    """Of the cluster's ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, AdmissionChecks,
+    Topologies and Configuration: what admission reads of its queues (triggers: migration
+    0019; workloads.snapshot.queue_specs)."""

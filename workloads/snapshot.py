@@ -24,7 +24,7 @@ from django.db.models.base import ModelState
 from django.db.models.functions import Cast, Collate, RowNumber
 
 import scheduler as s
-from clusters.models import Cluster, Node, NodeGeneration
+from clusters.models import Cluster, ClusterStamp, Node, NodeGeneration
 from controlplane import bulk
 from scheduler.fairsharing import local_queue_usage
 from scheduler.model import AdmissionFairSharing, NodeSelectorTerm, SchedulingConfig
@@ -629,12 +629,12 @@ class QueueSpecs:
 
 
 class _KeptWhileStamped(Generic[K]):
-    """What a process read and converted of each cluster, kept while the cluster's stamp
-    (`stamps`: a table of one generation a cluster, which database triggers renew at every
-    write to what was read, whoever writes) is the one read before it. So any process's change
-    shows at the next call, and an unchanged cluster costs one small query."""
+    """What a process read and converted of each cluster, kept while the cluster's stamp (a
+    `ClusterStamp`, which database triggers renew at every write to what was read, whoever
+    writes) is the one read before it. So any process's change shows at the next call, and an
+    unchanged cluster costs one small query."""
 
-    def __init__(self, stamps: type[Model]) -> None:
+    def __init__(self, stamps: type[ClusterStamp]) -> None:
         self.stamps = stamps
         self.kept: dict[int, tuple[int | None, K]] = {}
 
