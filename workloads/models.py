@@ -155,7 +155,10 @@ QUEUE_MODELS: dict[str, type[QueueObject]] = {
 class KubeObject(models.Model):
     """An object a user applied (Job, Deployment, JobSet, LeaderWorkerSet, Service, ...)."""
 
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="kube_objects")
+    # No index of its own: `unique_kube_object` leads with it.
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="kube_objects", db_index=False
+    )
     api_version = models.CharField(max_length=128)
     kind = models.CharField(max_length=64)
     namespace = models.CharField(max_length=63, blank=True)
@@ -203,7 +206,10 @@ class Workload(models.Model):
     HOLDING_QUOTA = (Phase.QUOTA_RESERVED, Phase.ADMITTED)
     ACTIVE_PHASES = (Phase.PENDING, Phase.QUOTA_RESERVED, Phase.ADMITTED)
 
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="workloads")
+    # No index of its own: `unique_workload_name` and the (cluster, phase) index lead with it.
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="workloads", db_index=False
+    )
     owner = models.ForeignKey(KubeObject, on_delete=models.CASCADE, related_name="workloads")
     name = models.CharField(max_length=253)
     namespace = models.CharField(max_length=63)
@@ -378,7 +384,10 @@ class Pod(models.Model):
 
 
 class Checkpoint(models.Model):
-    owner = models.ForeignKey(KubeObject, on_delete=models.CASCADE, related_name="checkpoints")
+    # No index of its own: `unique_checkpoint_step` leads with it.
+    owner = models.ForeignKey(
+        KubeObject, on_delete=models.CASCADE, related_name="checkpoints", db_index=False
+    )
     workload = models.ForeignKey(Workload, on_delete=models.SET_NULL, null=True, blank=True)
     step = models.PositiveIntegerField()
     path = models.CharField(max_length=1024, blank=True)
