@@ -1,12 +1,16 @@
-"""The tables every submission and every admission run write carry no index that another of
-their indexes already serves. Each insert, and on PostgreSQL each update that changes an
-indexed column, writes an entry in every index of the table, and Django gives every foreign key
-(and every `db_index` field, twice on PostgreSQL for text) an index of its own, which a
-composite index or unique constraint that begins with the same column makes useless.
+"""The tables every submission and every admission run write carry no index twice. Each
+insert, and on PostgreSQL each update that changes an indexed column, writes an entry in every
+index of the table, and Django adds indexes of its own: one per foreign key, and two per
+`db_index` text field on PostgreSQL (a plain one and one for LIKE), which can duplicate an index
+declared in Meta.
 
-An index is served by another when the other's columns begin with all of its own, in order,
-and the other covers every row. A unique index enforces something and a partial one is smaller
-than any full one: neither is ever redundant."""
+Only an index on exactly the same columns counts as a duplicate, not one whose columns begin
+another's: SQLite ends every index with the rowid, so an index on (cluster) finds
+`cluster = ? AND rowid IN (...)` by seeks where (cluster, evicting) scans the whole cluster.
+Dropping the workloads' own cluster index (tried, measured, undone) made
+`snapshot.rows_to_write` four times slower and Kueue's baseline suite 17-20% slower. A unique
+index enforces something and a partial one is smaller than any full one: neither is ever a
+duplicate."""
 
 from __future__ import annotations
 
@@ -55,37 +59,36 @@ def indexes(table: str) -> dict[str, Index]:
         return found
 
 
-def served_by_another(found: dict[str, Index]) -> list[str]:
-    """Each index another one serves, with that other."""
+def duplicates(found: dict[str, Index]) -> list[str]:
+    """Each index that another one on the same columns makes useless, with that other."""
     return sorted(
-        f"{name} {columns} is served by {other} {other_columns}"
+        f"{name} {columns} duplicates {other}"
         for name, (columns, unique, partial) in found.items()
         if not unique and not partial
         for other, (other_columns, _, other_partial) in found.items()
-        if other != name and not other_partial and other_columns[: len(columns)] == columns
+        if other != name and not other_partial and other_columns == columns
     )
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("table", BUSY_TABLES)
-def test_no_index_of_a_busy_table_is_served_by_another(table: str) -> None:
+def test_no_index_of_a_busy_table_is_there_twice(table: str) -> None:
     found = indexes(table)
     assert found, f"{table} has no index at all: the table or the query is wrong"
-    assert served_by_another(found) == []
+    assert duplicates(found) == []
 
 
-def test_an_index_leading_a_longer_one_is_served_by_it_unless_unique_or_partial() -> None:
+def test_an_index_on_the_same_columns_as_another_is_a_duplicate_unless_unique_or_partial() -> None:
     found: dict[str, Index] = {
         "by_cluster": (("cluster_id",), False, False),
         "by_cluster_and_name": (("cluster_id", "name"), True, False),
         "by_kind": (("kind",), False, False),
-        "by_kind_too": (("kind",), False, False),
+        "by_kind_for_like": (("kind",), False, False),
         "unnumbered": (("id",), False, True),
         "pkey": (("id",), True, False),
-        "recent_by_cluster": (("cluster_id", "at"), False, True),
+        "name_unique": (("cluster_id", "name"), True, False),
     }
-    assert served_by_another(found) == [
-        "by_cluster ('cluster_id',) is served by by_cluster_and_name ('cluster_id', 'name')",
-        "by_kind ('kind',) is served by by_kind_too ('kind',)",
-        "by_kind_too ('kind',) is served by by_kind ('kind',)",
+    assert duplicates(found) == [
+        "by_kind ('kind',) duplicates by_kind_for_like",
+        "by_kind_for_like ('kind',) duplicates by_kind",
     ]
