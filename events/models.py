@@ -17,7 +17,7 @@ class Event(models.Model):
 
     seq = models.BigIntegerField(null=True, unique=True)
     at = models.DateTimeField()
-    # Indexed for prefixes too (the audit log's "audit."): PostgreSQL adds a LIKE index.
+    # Indexed by `event_kind_idx` below, for the audit log's prefix ("audit.") too.
     kind = models.CharField(max_length=64)
     # Indexed by the two indexes below, which lead with it. The log is the busiest table to
     # write: each index costs every event.
