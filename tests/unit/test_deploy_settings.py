@@ -124,3 +124,22 @@ def test_production_refuses_plain_http_api_servers(clean_env):
     result = run(IMPORT_SETTINGS, env)
     assert result.returncode != 0
     assert "ACCELPLANE_ALLOW_INSECURE_KUBE_SERVERS" in result.stderr
+
+
+def test_the_embedded_database_is_crash_safe_and_keeps_temporary_files_in_memory(clean_env):
+    """WAL with synchronous=NORMAL: a crash may lose the last commits, never corrupt the file.
+    SQLite's statement journals and sorts stay in memory: on disk, an admission run's large
+    statements each opened, wrote and deleted a temporary file."""
+    pragmas = ("journal_mode", "synchronous", "wal_autocheckpoint", "temp_store")
+    read = (
+        "import django; django.setup(); from django.db import connection\n"
+        "with connection.cursor() as cursor:\n"
+        f"    for name in {pragmas!r}:\n"
+        "        print(cursor.execute(f'PRAGMA {name}').fetchone()[0])"
+    )
+    env = clean_env | {"DJANGO_SETTINGS_MODULE": "controlplane.settings"}
+    result = run([sys.executable, "-c", read], env)
+
+    assert result.returncode == 0, result.stderr
+    # synchronous 1 is NORMAL; temp_store 2 is MEMORY.
+    assert result.stdout.split() == ["wal", "1", "10000", "2"]
