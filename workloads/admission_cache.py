@@ -43,7 +43,8 @@ from workloads.snapshot import (
     read_rows_by_pk,
 )
 
-# A row as `read_rows` returns it, then whether it is active and when its back-off ends.
+# A row as `read_rows` returns it, but for `parked` (always False here: `parked` is the set of
+# its parked rows), then whether it is active and when its back-off ends.
 _CachedRow = tuple[WorkloadRow, bool, datetime | None]
 _QueueKey = tuple[str, str]
 # Queue order (Kueue's, as `snapshot.query_active_rows` sorts): preempting first, then higher
@@ -84,37 +85,40 @@ class _ClusterWorkloads:
     """Waiting workloads per (namespace, LocalQueue name), in queue order."""
     entries: dict[int, tuple[_QueueKey, _Entry]] = field(default_factory=dict)
     parked: set[int] = field(default_factory=set)
+    """The rows parked at `releases`. A release requeues thousands and a run parks most of
+    them again, so parking changes this set and the queues, never the rows: a row stays the
+    same tuple, which is how `snapshot` knows its conversion still holds."""
 
     def put(self, cached: _CachedRow) -> None:
         row = cached[0]
         pk, phase = row[0], row[12]
+        if phase not in Workload.HOLDING_QUOTA and phase != Workload.Phase.PENDING:
+            return
+        parked = row[PARKED]
+        if parked:
+            cached = _with_parked(cached, False)
+            self.parked.add(pk)
         if phase in Workload.HOLDING_QUOTA:
             self.holding.add(pk)
-        elif phase != Workload.Phase.PENDING:
-            return
-        elif _waits(cached):
-            self._enqueue(row)
-        if row[PARKED]:
-            self.parked.add(pk)
+        elif _waits(cached, parked):
+            self._enqueue(cached[0])
         self.rows[pk] = cached
 
     def park(self, pk: int, parked: bool) -> bool:
         """Apply a change of `parked` alone; False when the row is not here to change. Most
-        changes of a busy cluster are these: only the row and its queue entry change."""
+        changes of a busy cluster are these: only the parked set and the queue change."""
         if (cached := self.rows.get(pk)) is None:
             return False
-        if cached[0][PARKED] == parked:
+        if (pk in self.parked) == parked:
             return True
-        changed = _with_parked(cached, parked)
-        self.rows[pk] = changed
         if parked:
             self.parked.add(pk)
         else:
             self.parked.discard(pk)
-        if _waits(cached):
+        if _waits(cached, not parked):
             self._dequeue(pk)
-        elif _waits(changed):
-            self._enqueue(changed[0])
+        elif _waits(cached, parked):
+            self._enqueue(cached[0])
         return True
 
     def released(self, releases: int) -> None:
@@ -123,8 +127,8 @@ class _ClusterWorkloads:
         each queue is sorted once rather than inserted into once per workload."""
         requeued = set()
         for pk in self.parked:
-            cached = self.rows[pk] = _with_parked(self.rows[pk], False)
-            if _waits(cached):
+            cached = self.rows[pk]
+            if _waits(cached, False):
                 key, entry = _entry(cached[0])
                 self.queues.setdefault(key, []).append(entry)
                 self.entries[pk] = (key, entry)
@@ -180,7 +184,12 @@ class _ClusterWorkloads:
         pks = set(self.holding)
         for queue in self.queues.values():
             pks.update(pk for _, pk in queue[:heads_per_queue])
-        return [self.rows[pk][0] for pk in sorted(pks)]
+        # Only a row holding quota can be parked here (a waiting one is not): rarely, if ever.
+        parked = self.parked
+        return [
+            _with_parked(self.rows[pk], True)[0] if pk in parked else self.rows[pk][0]
+            for pk in sorted(pks)
+        ]
 
 
 def _entry(row: WorkloadRow) -> tuple[_QueueKey, _Entry]:
@@ -194,10 +203,10 @@ def _with_parked(cached: _CachedRow, parked: bool) -> _CachedRow:
     return (*row[:PARKED], parked, *row[PARKED + 1 :]), active, requeue_at
 
 
-def _waits(cached: _CachedRow) -> bool:
-    """In its LocalQueue: pending, active, not parked, and out of any back-off."""
+def _waits(cached: _CachedRow, parked: bool) -> bool:
+    """In its LocalQueue: pending, active, not `parked`, and out of any back-off."""
     row, active, requeue_at = cached
-    return row[12] == Workload.Phase.PENDING and active and not row[PARKED] and requeue_at is None
+    return row[12] == Workload.Phase.PENDING and active and not parked and requeue_at is None
 
 
 _clusters: dict[int, _ClusterWorkloads] = {}

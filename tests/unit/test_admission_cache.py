@@ -186,7 +186,8 @@ def test_a_release_changes_no_row_and_parking_again_reaches_the_cache_without_a_
 ):
     """Every release of capacity requeues the cluster's inadmissible workloads and the next run
     parks most of them again: the release is one row, which changes no workload, and the cache
-    applies the parking from the change rows alone."""
+    applies the parking from the change rows alone. The row it hands over stays the same tuple
+    throughout, so the snapshot's conversion of it holds (`snapshot._workloads`)."""
     submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
     small = submit(gpu_queues, "small", gpus=2)
@@ -207,13 +208,17 @@ def test_a_release_changes_no_row_and_parking_again_reaches_the_cache_without_a_
     assert _noted(gpu_queues) == []
     count = parking.counted(gpu_queues.pk, at(seconds=1))
     assert count == before + 1
-    assert small.pk in [row[0] for row in cached_rows(count)]
+    [requeued] = [row for row in cached_rows(count) if row[0] == small.pk]
 
     admission.admit_pending(gpu_queues, at(seconds=1))  # parked again, for the same reason
     assert _noted(gpu_queues) == [(small.pk, count)]
     assert small.pk not in [
         row[0] for row in cached_rows(parking.counted(gpu_queues.pk, at(seconds=1)))
     ]
+
+    runtime.unpark(gpu_queues, at(seconds=1))
+    count = parking.counted(gpu_queues.pk, at(seconds=2))
+    assert [row for row in cached_rows(count) if row[0] == small.pk][0] is requeued
 
 
 def test_a_parking_change_after_another_change_reads_the_row(gpu_queues, unverified):
