@@ -20,18 +20,18 @@ pytestmark = pytest.mark.django_db
 #  2. the cluster (the first two: one cluster, so no ?cluster= needed)
 #  3. SAVEPOINT: services.apply's transaction (BEGIN outside a test)
 #  4. which of the objects the documents name exist (none here; those that do are then
-#     loaded, one more query for a resubmission)
-#  5. every WorkloadPriorityClass and PriorityClass of the cluster (one UNION)
-#  6. INSERT the Job (one for all the request's new objects)
-#  7. INSERT its Kueue workloads (one for all the new objects' replicas)
-#  8. the last seq (SQLite only: it numbers events as it writes them)
-#  9. INSERT its events (object.created, workload.submitted)
-# 10. RELEASE SAVEPOINT (COMMIT outside a test)
+#     loaded, one more query for a resubmission), and every WorkloadPriorityClass and
+#     PriorityClass of the cluster: one UNION
+#  5. INSERT the Job (one for all the request's new objects)
+#  6. INSERT its Kueue workloads (one for all the new objects' replicas)
+#  7. the last seq (SQLite only: it numbers events as it writes them)
+#  8. INSERT its events (object.created, workload.submitted)
+#  9. RELEASE SAVEPOINT (COMMIT outside a test)
 # and nothing read for the response: it shows what was created as it was stored (admitting in
 # the request, the objects are read again, and their workloads: two queries more), and
 # nothing after the commit: the worker's settle the submission queues numbers its events
 # (on PostgreSQL; admitting in the request, it numbers them itself: seven queries more).
-SUBMISSION_QUERIES = 10
+SUBMISSION_QUERIES = 9
 
 LEADER_WORKER_SET = """\
 apiVersion: leaderworkerset.x-k8s.io/v1

@@ -57,3 +57,24 @@ def test_priorities_of_both_kinds_and_the_global_default(gpu_queues):
 
     priorities = dict(Workload.objects.values_list("owner__name", "priority"))
     assert priorities == {"plain": 7, "classed": 3}
+
+
+def test_a_class_applied_beside_a_workload_that_uses_it_and_one_that_exists(gpu_queues):
+    """The request reads its objects and the classes in one statement, before its own class
+    exists: the class it applies is read again before the workload that names it."""
+    (old,) = _apply(gpu_queues, job("old"))
+    urgent = (
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: WorkloadPriorityClass\n"
+        "metadata: {name: urgent}\nvalue: 50\n"
+    )
+    fresh = _without_priority("fresh", **{"kueue.x-k8s.io/priority-class": "urgent"})
+
+    applied = _apply(gpu_queues, "---\n".join([job("old"), urgent, fresh]))
+
+    assert [(a.key, a.action) for a in applied] == [
+        (f"Job/{NAMESPACE}/old", "unchanged"),
+        ("WorkloadPriorityClass/urgent", "created"),
+        (f"Job/{NAMESPACE}/fresh", "created"),
+    ]
+    assert applied[0].pk == old.pk
+    assert Workload.objects.get(owner__name="fresh").priority == 50
