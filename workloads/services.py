@@ -214,8 +214,9 @@ class _Lookups:
         existing = []
         if names:
             # Most submissions create their objects: which exist is asked by a prepared
-            # query, and only those that do are loaded. Every workload is given a priority,
-            # so the priority classes come in the same statement: a round trip less each.
+            # query, and only those that do are loaded. Most of these objects are workloads,
+            # each given a priority, so the priority classes come in the same statement: a
+            # round trip less for a submission, a few rows more for a request of none.
             rows = _EXISTING_AND_PRIORITIES.rows(cluster=cluster.pk, names=names)
             existing = [row[4] for row in rows if row[4] is not None]
             self._read_priorities(rows)
