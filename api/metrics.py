@@ -67,14 +67,22 @@ class QueueCollector(Collector):
         reserving: Counter[tuple[str, str]] = Counter()
         admitted: Counter[tuple[str, str]] = Counter()
         active = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES)
-        rows = active.annotate(parked=parking.parked_now()).values_list(
-            "cluster_id", "namespace", "queue_name", "cluster_queue_name", "phase", "parked"
+        rows = active.values_list(
+            "pk",
+            "cluster_id",
+            "namespace",
+            "queue_name",
+            "cluster_queue_name",
+            "phase",
+            "parked_release",
         )
-        for cluster_id, namespace, queue, cq, phase, parked in rows:
+        parked = parking.everywhere()
+        for pk, cluster_id, namespace, queue, cq, phase, count in rows:
             cluster = clusters[cluster_id]
             if phase == Workload.Phase.PENDING:
                 cq = target.get((cluster_id, namespace, queue), "")
-                pending[(cluster, cq, "inadmissible" if parked else "active")] += 1
+                inadmissible = cluster_id in parked and parked[cluster_id](pk, count)
+                pending[(cluster, cq, "inadmissible" if inadmissible else "active")] += 1
                 continue
             reserving[(cluster, cq)] += 1
             if phase == Workload.Phase.ADMITTED:

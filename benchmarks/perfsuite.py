@@ -283,9 +283,9 @@ def main(suite: Suite, doc: str) -> None:
 def fingerprint(cluster: Cluster) -> str:
     """A digest of everything the run decided: workloads, pods (with their nodes) and events."""
     digest = hashlib.sha256()
-    tables = (
+    parked = parking.now(cluster.pk)
+    workloads = (
         Workload.objects.filter(cluster=cluster)
-        .annotate(parked=parking.parked_now())
         .order_by("pk")
         .values_list(
             "name",
@@ -296,14 +296,19 @@ def fingerprint(cluster: Cluster) -> str:
             "finished_at",
             "pending_reason",
             "pending_message",
-            "parked",
+            "parked_release",
             "preempting",
             "evicting",
             "admissions",
             "preemptions",
             "start_step",
             "training_started_at",
-        ),
+            "pk",
+        )
+    )
+    tables = (
+        # `parked` in place of the count it is read from.
+        ((*row[:8], parked(row[-1], row[8]), *row[9:-1]) for row in workloads),
         Pod.objects.filter(cluster=cluster)
         .order_by("pk")
         .values_list("name", "phase", "node__name", "bound_at", "ready_at", "ready", "scheduling"),

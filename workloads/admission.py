@@ -290,12 +290,10 @@ class _Writer:
             ],
         )
         # Most changes of a busy cluster: a workload requeued by a release and parked again
-        # for the same reason. One statement sets their count, without a join of new values.
-        by_count: dict[int | None, list[int]] = {}
-        for pk in parking_only:
-            by_count.setdefault(releases if changes[pk][2] else None, []).append(pk)
-        for count, pks in by_count.items():
-            bulk.update_keys(Workload, "pk", pks, parked_release=count)
+        # for the same reason. They are listed in one row, not updated one by one.
+        parking.park_again(self.cluster.pk, releases, [pk for pk in parking_only if changes[pk][2]])
+        unparked = [pk for pk in parking_only if not changes[pk][2]]
+        bulk.update_keys(Workload, "pk", unparked, parked_release=None)
         waiting = scheduler.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
         # Its victims (perhaps another entry's) are stopping: it keeps the queue head.
         preempting = [pk for pk, (reason, _, _) in changes.items() if reason == waiting]

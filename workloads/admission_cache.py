@@ -8,8 +8,9 @@ only the rows that database triggers noted as changed (`WorkloadChange`), whoeve
 this process's own admissions, the simulated cluster, submissions, watches and the API alike.
 A workload's `parked` is read as of the cluster's count of capacity releases
 (workloads/parking.py): a change that only parked a workload carries the count it was parked
-at, and is applied here without reading the row; when a run finds the count moved, every
-workload parked here goes back to its queue, in memory, as no row changed.
+at, and one that parked a run's workloads again names their `ParkedSet`; both are applied here
+without reading the rows. When a run finds the count moved, every workload parked here goes
+back to its queue, in memory, as no row changed.
 
 Workers take turns on a cluster's lock, so the changes are a log that every worker's cache
 reads, as an informer follows a watch: each run gives the changes no run has read yet the
@@ -34,7 +35,14 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from clusters.models import Cluster
-from workloads.models import CapacityRelease, Workload, WorkloadChange, WorkloadChangeLog
+from workloads import parking
+from workloads.models import (
+    CapacityRelease,
+    ParkedSet,
+    Workload,
+    WorkloadChange,
+    WorkloadChangeLog,
+)
 from workloads.snapshot import (
     PARKED,
     WorkloadRow,
@@ -50,9 +58,9 @@ _QueueKey = tuple[str, str]
 # Queue order (Kueue's, as `snapshot.query_active_rows` sorts): preempting first, then higher
 # priority, then older, then by name; the primary key makes each entry unique.
 _Entry = tuple[tuple[bool, int, datetime, str], int]
-# A noted change: its id, its workload, and the new `parked_release` if that was all that
-# changed.
-_Change = tuple[int, int, int | None]
+# A noted change: its id, its workload, the new `parked_release` if that was all that
+# changed, and for workloads parked again, their `ParkedSet` (and no workload).
+_Change = tuple[int, int | None, int | None, int | None]
 
 PENDING = Q(phase=Workload.Phase.PENDING)
 # Every PRUNE_EVERY batches, those older than the last KEEP_BATCHES are deleted: a worker that
@@ -244,19 +252,20 @@ def _current(cluster_id: int, releases: int) -> _ClusterWorkloads:
         changes = _number_changes(cluster_id, batch)
         if cached.batch < batch - 1:  # other workers' runs since this one's: theirs first
             changes = _read_batches(cluster_id, cached.batch, batch) + changes
-        _apply(cached, changes)
+        _apply(cluster_id, cached, changes)
     cached.ran(batch)
     if batch % PRUNE_EVERY == 0 and batch > KEEP_BATCHES:
         _prune(cluster_id, batch - KEEP_BATCHES)
     return cached
 
 
-def _apply(cached: _ClusterWorkloads, changes: list[_Change]) -> None:
+def _apply(cluster_id: int, cached: _ClusterWorkloads, changes: list[_Change]) -> None:
     changed, parked = _changed(changes)
     releases = cached.releases
     changed += [pk for pk, value in parked.items() if not cached.park(pk, value >= releases)]
     if changed:
-        fresh = _cached(read_rows_by_pk(changed, releases, "active", "requeue_at"))
+        now_parked = parking.Parked(cluster_id, releases)
+        fresh = _cached(read_rows_by_pk(changed, now_parked, "active", "requeue_at"))
         for pk in changed:
             cached.forget(pk)
         for row in fresh:
@@ -269,7 +278,12 @@ def _reload(cluster_id: int, token: str, batch: int, releases: int) -> _ClusterW
     cached = _ClusterWorkloads(token, batch, releases)
     rows = Workload.objects.filter(Q(phase__in=Workload.HOLDING_QUOTA) | PENDING)
     for row in _cached(
-        read_rows(rows.filter(cluster_id=cluster_id), releases, "active", "requeue_at")
+        read_rows(
+            rows.filter(cluster_id=cluster_id),
+            parking.Parked(cluster_id, releases),
+            "active",
+            "requeue_at",
+        )
     ):
         cached.put(row)
     _clusters[cluster_id] = cached
@@ -282,6 +296,7 @@ def forget_cluster(cluster_id: int) -> None:
     WorkloadChange.objects.filter(cluster_id=cluster_id).delete()
     WorkloadChangeLog.objects.filter(cluster_id=cluster_id).delete()
     CapacityRelease.objects.filter(cluster_id=cluster_id).delete()
+    ParkedSet.objects.filter(cluster_id=cluster_id).delete()
     _clusters.pop(cluster_id, None)
 
 
@@ -309,7 +324,8 @@ def _number_changes(cluster_id: int, batch: int) -> list[_Change]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET batch = %s "  # noqa: S608
-            "WHERE cluster_id = %s AND batch IS NULL RETURNING id, workload_id, parked_release",
+            "WHERE cluster_id = %s AND batch IS NULL "
+            "RETURNING id, workload_id, parked_release, parked_set",
             [batch, cluster_id],
         )
         return sorted(cursor.fetchall())
@@ -321,14 +337,24 @@ def _read_batches(cluster_id: int, after: int, before: int) -> list[_Change]:
     rows = WorkloadChange.objects.filter(
         cluster_id=cluster_id, batch__gt=after, batch__lt=before
     ).order_by("batch", "id")
-    return list(rows.values_list("id", "workload_id", "parked_release"))
+    return list(rows.values_list("id", "workload_id", "parked_release", "parked_set"))
 
 
 def _changed(changes: list[_Change]) -> tuple[list[int], dict[int, int]]:
-    """The workloads to read again, and those whose changes only set `parked_release`, with
-    its last value: a row read again is read as it is now, whatever else changed before."""
-    read, parked = set(), {}
-    for _, pk, value in changes:
+    """The workloads to read again, and those whose changes only parked them, with the last
+    count: a row read again is read as it is now, whatever else changed before. A set deleted
+    since (its count passed) parks nobody."""
+    sets = [c[3] for c in changes if c[3] is not None]
+    listed = parking.listed_in(sets) if sets else {}
+    read, parked = set[int](), dict[int, int]()
+    for _, pk, value, parked_set in changes:
+        if parked_set is not None:
+            assert value is not None  # a set's change holds its count
+            for member in listed.get(parked_set, ()):
+                if member not in read:
+                    parked[member] = value
+            continue
+        assert pk is not None
         if value is None:
             read.add(pk)
         elif pk not in read:

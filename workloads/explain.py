@@ -39,6 +39,11 @@ class _ClusterReads:
         return snapshot.load(self.cluster)
 
     @cached_property
+    def parked(self) -> parking.Parked:
+        """At the count the snapshot was read at."""
+        return parking.Parked(self.cluster.pk, self.snapshot.releases)
+
+    @cached_property
     def local_queues(self) -> dict[tuple[str, str], str]:
         rows = LocalQueue.objects.filter(cluster=self.cluster)
         fields = rows.values_list("namespace", "name", "cluster_queue_name")
@@ -79,7 +84,7 @@ def explain_all(rows: Iterable[Workload], now: datetime) -> list[dict[str, Any]]
 def _explain(row: Workload, now: datetime, reads: _ClusterReads) -> dict[str, Any]:
     cq_name = _cluster_queue_name(row, reads)
     snap = reads.snapshot
-    parked = parking.is_parked(row, snap.releases)
+    parked = reads.parked.of(row)
     report: dict[str, Any] = {
         "workload": workload_ref(row),
         "status": _status(row),

@@ -227,7 +227,8 @@ class Workload(models.Model):
         null=True,
         blank=True,
         help_text="In Kueue's inadmissible set while the cluster's capacity releases "
-        "(WorkloadChangeLog.releases) are still this many",
+        "(WorkloadChangeLog.releases) are still this many, or while a ParkedSet of their "
+        "count lists it; none: not parked, whatever a ParkedSet lists",
     )
     preempting = models.BooleanField(default=False, help_text="Waiting for its victims to stop")
     evicting = models.BooleanField(default=False, help_text="Evicted; pods still stopping")
@@ -490,13 +491,17 @@ class WorkloadChange(models.Model):
 
     # Plain integers, not foreign keys: a deleted workload's (or cluster's) change outlives it.
     cluster_id = models.BigIntegerField()
-    workload_id = models.BigIntegerField()
+    workload_id = models.BigIntegerField(null=True)
+    """None for a `parked_set`."""
     parked_release = models.BigIntegerField(null=True)
     """The new `Workload.parked_release` when an update changed nothing else admission reads
     (migration 0017): the cache parks it in memory without reading the row. Kueue moves
     inadmissible workloads back to their queues a second after a release of capacity, and the
     heads that still do not fit are parked again at the next run: most changes of a busy
     cluster are these."""
+    parked_set = models.BigIntegerField(null=True)
+    """A `ParkedSet`'s id: its workloads were parked again at the count `parked_release`,
+    noted in this one change rather than one each."""
     batch = models.BigIntegerField(null=True)
     """The admission run that first read it (`WorkloadChangeLog.batch`); none yet: NULL."""
 
@@ -549,6 +554,25 @@ class CapacityRelease(models.Model):
 
     def __str__(self) -> str:
         return f"capacity released on cluster {self.cluster_id}"
+
+
+class ParkedSet(models.Model):
+    """Workloads an admission run parked again at a cluster's count of capacity releases, in one
+    row (workloads/parking.py): a release requeues thousands and the next runs park most of
+    them again, each already holding an older count of its own. Deleted once the count moves
+    on, when they are back in their queues."""
+
+    cluster_id = models.BigIntegerField()
+    release = models.BigIntegerField()
+    workloads = models.JSONField()
+    """Their primary keys."""
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster_id", "release"], name="parked_set_release_idx")]
+
+    def __str__(self) -> str:
+        parked = len(self.workloads)
+        return f"{parked} parked at release {self.release} of cluster {self.cluster_id}"
 
 
 class QueueGeneration(ClusterStamp):

@@ -367,18 +367,19 @@ PARKED = _WORKLOAD_COLUMNS.index("parked")
 """Where a `WorkloadRow` holds `parked`."""
 
 
-def read_rows(rows: QuerySet[Workload], releases: int, *extra: str) -> list[WorkloadRow]:
-    """`_WORKLOAD_COLUMNS` (JSON as text; `parked` at the count of capacity releases
-    `releases`), then the `extra` fields, of each row, by primary key."""
+def read_rows(rows: QuerySet[Workload], parked: parking.Parked, *extra: str) -> list[WorkloadRow]:
+    """`_WORKLOAD_COLUMNS` (JSON as text; `parked` as `parked` reads it), then the `extra`
+    fields, of each row, by primary key."""
     rows = rows.annotate(
         pod_sets_text=Cast("pod_sets", TextField()),
         admission_text=Cast("admission", TextField()),
-        parked=parking.parked(releases),
+        parked=F("parked_release"),
     )
-    return list(rows.order_by("pk").values_list(*_WORKLOAD_COLUMNS, *extra))
+    found = rows.order_by("pk").values_list(*_WORKLOAD_COLUMNS, *extra)
+    return [(*row[:PARKED], parked(row[0], row[PARKED]), *row[PARKED + 1 :]) for row in found]
 
 
-def read_rows_by_pk(pks: Collection[int], releases: int, *extra: str) -> list[WorkloadRow]:
+def read_rows_by_pk(pks: Collection[int], parked: parking.Parked, *extra: str) -> list[WorkloadRow]:
     """`read_rows` of the workloads `pks` (`extra`: their own fields only), in SQL: the
     admission cache reads the rows changed since its last run at every run, and the ORM took
     a millisecond to build that query, ten times what the database took to answer it."""
@@ -393,12 +394,12 @@ def read_rows_by_pk(pks: Collection[int], releases: int, *extra: str) -> list[Wo
             [param],
         )
         found = cursor.fetchall()
-    # As the ORM reads them: `parked` at the count of releases, datetimes aware.
+    # As the ORM reads them: `parked` as `parked` reads it, datetimes aware.
     times = [(i, _DATETIMES[name]) for i, name in enumerate(columns) if name in _DATETIMES]
     rows = []
     for values in found:
         row = list(values)
-        row[PARKED] = row[PARKED] is not None and row[PARKED] >= releases
+        row[PARKED] = parked(row[0], row[PARKED])
         for i, column in times:
             if row[i] is not None:
                 row[i] = from_db(column, row[i])
@@ -426,20 +427,20 @@ _SQL = {
 _DATETIMES = {f.name: f for f in Workload._meta.concrete_fields if isinstance(f, DateTimeField)}
 
 
-def waiting(releases: int) -> Q:
-    """Pending workloads in their LocalQueue: not parked (inadmissible) at the count of
-    capacity releases `releases`, not deactivated, not in their requeuing back-off
-    (waitForPodsReady)."""
+def waiting(parked: parking.Parked) -> Q:
+    """Pending workloads in their LocalQueue: not `parked` (inadmissible), not deactivated, not
+    in their requeuing back-off (waitForPodsReady)."""
     queued = Q(phase=Workload.Phase.PENDING, active=True, requeue_at__isnull=True)
-    return queued & ~parking.parked_at(releases)
+    return queued & ~parked.q()
 
 
 def query_active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> list[WorkloadRow]:
     """Every workload holding quota, and the first pending ones of each LocalQueue, from the
     database, parked or not at the count of capacity releases `releases`. Admission reads the
     same from `admission_cache`, which keeps them between runs."""
+    parked = parking.Parked(cluster.pk, releases)
     holding = Workload.objects.filter(cluster=cluster, phase__in=Workload.HOLDING_QUOTA)
-    ranked = Workload.objects.filter(waiting(releases), cluster=cluster).annotate(
+    ranked = Workload.objects.filter(waiting(parked), cluster=cluster).annotate(
         queue_rank=Window(
             RowNumber(),
             partition_by=[F("namespace"), F("queue_name")],
@@ -454,7 +455,7 @@ def query_active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> 
     )
     heads = ranked.filter(queue_rank__lte=heads_per_queue).values("pk")
     chosen = Workload.objects.filter(Q(pk__in=holding.values("pk")) | Q(pk__in=heads))
-    return read_rows(chosen, releases)
+    return read_rows(chosen, parked)
 
 
 # Each cluster's conversions of the rows of its recent runs, made under its LocalQueues as they

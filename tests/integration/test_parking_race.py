@@ -64,5 +64,5 @@ def test_a_release_committed_while_a_run_decides_requeues_what_the_run_parks(
 
     assert [a.workload for a in decisions.admitted] == [f"{NAMESPACE}/{small.name}"]
     small.refresh_from_db()
-    assert not parking.is_parked(small, parking.releases(gpu_queues.pk))
+    assert not parking.now(gpu_queues.pk).of(small)
     assert not CapacityRelease.objects.exists()

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.support import NAMESPACE, at, job, submit
 from workloads import admission, admission_cache, parking, runtime, whatif
-from workloads.models import Workload, WorkloadChange, WorkloadChangeLog
+from workloads.models import ParkedSet, Workload, WorkloadChange, WorkloadChangeLog
 from workloads.snapshot import HEADS_PER_QUEUE, query_active_rows
 
 
@@ -185,15 +185,16 @@ def test_a_release_changes_no_row_and_parking_again_reaches_the_cache_without_a_
     gpu_queues, unverified
 ):
     """Every release of capacity requeues the cluster's inadmissible workloads and the next run
-    parks most of them again: the release is one row, which changes no workload, and the cache
-    applies the parking from the change rows alone. The row it hands over stays the same tuple
-    throughout, so the snapshot's conversion of it holds (`snapshot._workloads`)."""
+    parks most of them again: the release is one row, which changes no workload, the run lists
+    those it parks again in one set, which changes no workload either, and the cache applies
+    the parking from the set alone. The row it hands over stays the same tuple throughout, so
+    the snapshot's conversion of it holds (`snapshot._workloads`)."""
     submit(gpu_queues, "big", gpus=6)
     admission.admit_pending(gpu_queues, at())
     small = submit(gpu_queues, "small", gpus=2)
     admission.admit_pending(gpu_queues, at())
     small.refresh_from_db()
-    assert parking.is_parked(small, parking.releases(gpu_queues.pk))
+    assert parking.now(gpu_queues.pk).of(small)
     _same_as_the_database(gpu_queues)  # reads it: its reason is new
 
     def cached_rows(count: int) -> list[tuple]:
@@ -210,8 +211,13 @@ def test_a_release_changes_no_row_and_parking_again_reaches_the_cache_without_a_
     assert count == before + 1
     [requeued] = [row for row in cached_rows(count) if row[0] == small.pk]
 
+    parked_before = Workload.objects.get(pk=small.pk).parked_release
     admission.admit_pending(gpu_queues, at(seconds=1))  # parked again, for the same reason
-    assert _noted(gpu_queues) == [(small.pk, count)]
+    assert _noted(gpu_queues) == [(None, count)]
+    listed = ParkedSet.objects.filter(cluster_id=gpu_queues.pk).values_list("workloads", flat=True)
+    assert list(listed) == [[small.pk]]
+    assert Workload.objects.get(pk=small.pk).parked_release == parked_before < count
+    assert parking.now(gpu_queues.pk).of(small)
     assert small.pk not in [
         row[0] for row in cached_rows(parking.counted(gpu_queues.pk, at(seconds=1)))
     ]
@@ -219,6 +225,7 @@ def test_a_release_changes_no_row_and_parking_again_reaches_the_cache_without_a_
     runtime.unpark(gpu_queues, at(seconds=1))
     count = parking.counted(gpu_queues.pk, at(seconds=2))
     assert [row for row in cached_rows(count) if row[0] == small.pk][0] is requeued
+    assert not ParkedSet.objects.filter(cluster_id=gpu_queues.pk).exists()  # its count passed
 
 
 def test_a_parking_change_after_another_change_reads_the_row(gpu_queues, unverified):
@@ -298,6 +305,6 @@ def test_a_run_that_fails_half_way_is_not_trusted(gpu_queues, monkeypatch):
         failing_run()
     monkeypatch.undo()
     small.refresh_from_db()
-    assert parking.is_parked(small, parking.releases(gpu_queues.pk))
+    assert parking.now(gpu_queues.pk).of(small)
 
     admission.admit_pending(gpu_queues, at(seconds=4))  # verified against the database

@@ -7,7 +7,7 @@ from django.utils import timezone
 from clusters.models import Cluster
 from tests.support import NAMESPACE, at, submit
 from workloads import admission, explain, parking, runtime
-from workloads.models import CapacityRelease, Workload, WorkloadChange
+from workloads.models import CapacityRelease, ParkedSet, Workload, WorkloadChange
 
 
 def _parked(row: Workload) -> bool:
@@ -77,3 +77,47 @@ def test_the_beat_counts_releases_no_run_reads(gpu_queues):
 
     assert not CapacityRelease.objects.exists()
     assert parking.releases(gpu_queues.pk) == before + 1
+
+
+def test_workloads_parked_again_are_listed_in_one_set_that_every_reader_counts(gpu_queues):
+    """The runs after a requeue park most workloads again: one set of the count lists them,
+    their rows keep their older counts, and readers, the clock and the cache still see them
+    parked, until the next requeue, which deletes the set."""
+    big = submit(gpu_queues, "big", gpus=6)
+    admission.admit_pending(gpu_queues, at())
+    waiting = [submit(gpu_queues, name, gpus=2) for name in ("first", "second")]
+    admission.admit_pending(gpu_queues, at(seconds=1))
+    counts = {
+        row.pk: row.parked_release
+        for row in Workload.objects.filter(pk__in=[w.pk for w in waiting])
+    }
+    runtime.unpark(gpu_queues, at(seconds=1))
+    changes = WorkloadChange.objects.count()
+
+    decisions = admission.admit_pending(gpu_queues, at(seconds=2))  # requeued, parked again
+
+    assert [p.parked for p in decisions.pending] == [True, True]
+    (listed,) = ParkedSet.objects.filter(cluster_id=gpu_queues.pk)
+    assert (sorted(listed.workloads), listed.release) == (
+        sorted(counts),
+        parking.releases(gpu_queues.pk),
+    )
+    assert WorkloadChange.objects.count() == changes + 1, "one change names the set"
+    assert {
+        row.pk: row.parked_release for row in Workload.objects.filter(pk__in=counts)
+    } == counts, "no row was written"
+    assert [_parked(row) for row in waiting] == [True, True]
+    assert not admission.admit_pending(gpu_queues, at(seconds=2)).pending, "none tried again"
+    runtime.unpark(gpu_queues, at(seconds=2))
+    assert runtime.next_event_at(gpu_queues) == at(seconds=3), "the clock stops for them"
+
+    # Whatever clears a workload's count takes it out of the inadmissible set, listed or not.
+    Workload.objects.filter(pk=waiting[0].pk).update(parked_release=None)
+    assert [_parked(row) for row in waiting] == [False, True]
+
+    runtime.finish([big], at(seconds=2.5), Workload.Phase.FINISHED)
+    admission.admit_pending(gpu_queues, at(seconds=3))
+    assert not ParkedSet.objects.exists(), "its count passed"
+    assert all(
+        row.phase != Workload.Phase.PENDING for row in Workload.objects.filter(pk__in=counts)
+    )

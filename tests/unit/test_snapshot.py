@@ -7,7 +7,7 @@ import pytest
 import scheduler as s
 from tests.support import NAMESPACE, at, deployment, job
 from workloads import parking, services, snapshot
-from workloads.models import KubeObject, LocalQueue, Workload
+from workloads.models import KubeObject, LocalQueue, ParkedSet, Workload
 
 # The queue objects' stamp (they are kept: the submission's admission run read them) and the
 # Workloads (no TAS flavor, so no Nodes or bound Pods).
@@ -107,22 +107,29 @@ def test_conversions_are_reused_and_kept_only_for_the_recent_runs(gpu_queues, mo
 
 def test_rows_read_by_key_in_sql_are_the_rows_the_orm_reads(gpu_queues):
     """The admission cache reads changed rows in SQL (`read_rows_by_pk`): the same values of
-    the same types as `read_rows`, datetimes aware, `parked` at the count it is given."""
+    the same types as `read_rows`, datetimes aware, `parked` at the count it is given, by a
+    row's own count or, while it has one, a set of the count."""
     text = "---\n".join([deployment(replicas=3), job(pods=2)])
     services.apply(gpu_queues, text, source="w.yaml", now=at(), namespace=NAMESPACE)
     rows = list(Workload.objects.order_by("pk"))
     Workload.objects.filter(pk=rows[0].pk).update(parked_release=4, requeue_at=at(minutes=3))
     Workload.objects.filter(pk=rows[1].pk).update(parked_release=2)
+    Workload.objects.filter(pk=rows[2].pk).update(parked_release=1)
+    Workload.objects.filter(pk=rows[3].pk).update(parked_release=None)
+    listed = [rows[2].pk, rows[3].pk]  # the last without a count of its own: not parked
+    ParkedSet.objects.create(cluster_id=gpu_queues.pk, release=3, workloads=listed)
     pks = [row.pk for row in rows]
     assert any(row.quota_reserved_at for row in Workload.objects.all())  # admitted: times too
 
     for releases in (2, 3, 5):
-        by_orm = snapshot.read_rows(Workload.objects.filter(pk__in=pks), releases, "requeue_at")
-        by_sql = snapshot.read_rows_by_pk(pks, releases, "requeue_at")
+        parked = parking.Parked(gpu_queues.pk, releases)
+        by_orm = snapshot.read_rows(Workload.objects.filter(pk__in=pks), parked, "requeue_at")
+        by_sql = snapshot.read_rows_by_pk(pks, parked, "requeue_at")
 
         assert by_sql == by_orm
         assert [list(map(type, row)) for row in by_sql] == [list(map(type, r)) for r in by_orm]
-        assert [row[11] for row in by_sql] == [releases <= 4, releases <= 2] + [False] * 2
+        expected = [releases <= 4, releases <= 2, releases <= 3, False]
+        assert [row[snapshot.PARKED] for row in by_sql] == expected
         assert all(row[5].utcoffset() is not None for row in by_sql)  # queued_at, aware
 
 

@@ -25,7 +25,7 @@ from workloads.models import ClusterQueue, LocalQueue, Workload
 LIVE_ON = "workload. clusterqueue. localqueue."
 
 
-def _row(row: Workload, scope: Scope, now: datetime, releases: int) -> dict[str, Any]:
+def _row(row: Workload, scope: Scope, now: datetime, parked: parking.Parked) -> dict[str, Any]:
     visible = scope.can_read(row.namespace)
     waited_until = row.quota_reserved_at or now
     return {
@@ -40,8 +40,7 @@ def _row(row: Workload, scope: Scope, now: datetime, releases: int) -> dict[str,
         "phase": row.phase,
         "evicting": row.evicting,
         "admitted_at": row.quota_reserved_at,
-        "reason": row.pending_reason
-        or ("Inadmissible" if parking.is_parked(row, releases) else ""),
+        "reason": row.pending_reason or ("Inadmissible" if parked.of(row) else ""),
         # The scheduler's words may quote the workload; the reason alone names nobody.
         "message": row.pending_message if visible else "",
     }
@@ -51,7 +50,7 @@ def _pending_rows(
     order: list[Workload],
     scope: Scope,
     now: datetime,
-    releases: int,
+    parked: parking.Parked,
     local_queue: tuple[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows with their 1-based place in the ClusterQueue and in their LocalQueue; only those
@@ -62,14 +61,14 @@ def _pending_rows(
         in_local[queue] = in_local.get(queue, 0) + 1
         if local_queue is None or queue == local_queue:
             place = {"position": position, "local_position": in_local[queue]}
-            rows.append({**_row(workload, scope, now, releases), **place})
+            rows.append({**_row(workload, scope, now, parked), **place})
     return rows
 
 
 def _shown(
-    rows: Iterable[Workload], scope: Scope, now: datetime, releases: int
+    rows: Iterable[Workload], scope: Scope, now: datetime, parked: parking.Parked
 ) -> list[dict[str, Any]]:
-    return [_row(row, scope, now, releases) for row in rows]
+    return [_row(row, scope, now, parked) for row in rows]
 
 
 @login_required
@@ -83,12 +82,12 @@ def cluster_queue(request: HttpRequest, name: str, queue: str) -> HttpResponse:
     strategy = ClusterQueueSpec.from_stored(cq.spec).queueing_strategy
 
     def queued() -> dict[str, Any]:
-        now, releases = timezone.now(), parking.releases(cluster.pk)
+        now, parked = timezone.now(), parking.now(cluster.pk)
         order = queueing.pending_in_order(cluster, cq.name, strategy)
         holding = queueing.holding_quota(cluster, cluster_queue_name=cq.name)
         return {
-            "pending": _pending_rows(order, scope, now, releases),
-            "holding": _shown(holding, scope, now, releases),
+            "pending": _pending_rows(order, scope, now, parked),
+            "holding": _shown(holding, scope, now, parked),
         }
 
     local_queues = scope.filter(
@@ -118,21 +117,21 @@ def local_queue(request: HttpRequest, name: str, namespace: str, queue: str) -> 
     cq = ClusterQueue.objects.filter(cluster=cluster, name=found.cluster_queue_name).first()
 
     def queued() -> dict[str, Any]:
-        now, releases = timezone.now(), parking.releases(cluster.pk)
+        now, parked = timezone.now(), parking.now(cluster.pk)
         holding = queueing.holding_quota(cluster, namespace=namespace, queue_name=queue)
         if cq is None:  # Kueue keeps them pending, and tries none: there is no heap to be in
             pending = Workload.objects.filter(
                 cluster=cluster, namespace=namespace, queue_name=queue, phase=Workload.Phase.PENDING
             )
             return {
-                "pending": _shown(pending, scope, now, releases),
-                "holding": _shown(holding, scope, now, releases),
+                "pending": _shown(pending, scope, now, parked),
+                "holding": _shown(holding, scope, now, parked),
             }
         strategy = ClusterQueueSpec.from_stored(cq.spec).queueing_strategy
         order = queueing.pending_in_order(cluster, cq.name, strategy)
         return {
-            "pending": _pending_rows(order, scope, now, releases, (namespace, queue)),
-            "holding": _shown(holding, scope, now, releases),
+            "pending": _pending_rows(order, scope, now, parked, (namespace, queue)),
+            "holding": _shown(holding, scope, now, parked),
         }
 
     context = {
