@@ -127,6 +127,30 @@ def test_workers_taking_turns_read_each_others_batches_not_everything(gpu_queues
     assert _same_as_the_database(gpu_queues)
 
 
+def test_a_worker_reads_the_workloads_another_parked_again_from_its_set(gpu_queues, unverified):
+    """The other worker's run, after a requeue, parks the workloads again in one set: this one
+    reads that set with the batch and takes them out of its queues, reading no workload row."""
+    other = _Worker()
+    submit(gpu_queues, "big", gpus=6)
+    admission.admit_pending(gpu_queues, at())
+    waiting = [submit(gpu_queues, name, gpus=2) for name in ("first", "second")]
+    admission.admit_pending(gpu_queues, at())  # parks both, by their rows
+    admission.admit_pending(gpu_queues, at())  # reads them again: its own writes
+    other.admit(gpu_queues, at())  # reads everything: its first run
+    runtime.unpark(gpu_queues, at())
+
+    decisions = other.admit(gpu_queues, at(seconds=1))  # requeues both, parks them again
+
+    assert [p.parked for p in decisions.pending] == [True, True]
+    (listed,) = ParkedSet.objects.values_list("workloads", flat=True)
+    assert sorted(listed) == sorted(row.pk for row in waiting)
+    with CaptureQueriesContext(connection) as queries:
+        decisions = admission.admit_pending(gpu_queues, at(seconds=1))
+    assert not decisions.pending, "none tried again: parked"
+    assert not _workload_reads(queries)
+    assert _same_as_the_database(gpu_queues)
+
+
 def test_a_worker_that_missed_pruned_batches_reads_everything(gpu_queues, unverified, monkeypatch):
     monkeypatch.setattr(admission_cache, "KEEP_BATCHES", 2)
     monkeypatch.setattr(admission_cache, "PRUNE_EVERY", 1)
