@@ -76,12 +76,12 @@ class QueueCollector(Collector):
             "phase",
             "parked_release",
         )
-        parked = parking.everywhere()
+        parked = parking.everywhere(clusters)
         for pk, cluster_id, namespace, queue, cq, phase, count in rows:
             cluster = clusters[cluster_id]
             if phase == Workload.Phase.PENDING:
                 cq = target.get((cluster_id, namespace, queue), "")
-                inadmissible = cluster_id in parked and parked[cluster_id](pk, count)
+                inadmissible = parked[cluster_id](pk, count)
                 pending[(cluster, cq, "inadmissible" if inadmissible else "active")] += 1
                 continue
             reserving[(cluster, cq)] += 1

@@ -11,17 +11,20 @@ from typing import Any, Generic, TypeVar
 from django.conf import settings
 from django.db import connection
 from django.db.models import (
+    BooleanField,
     DateTimeField,
+    ExpressionWrapper,
     F,
     Field,
     Model,
     Q,
     QuerySet,
     TextField,
+    Value,
     Window,
 )
 from django.db.models.base import ModelState
-from django.db.models.functions import Cast, Collate, RowNumber
+from django.db.models.functions import Cast, Coalesce, Collate, RowNumber
 
 import scheduler as s
 from clusters.models import Cluster, ClusterStamp, Node, NodeGeneration
@@ -368,15 +371,14 @@ PARKED = _WORKLOAD_COLUMNS.index("parked")
 
 
 def read_rows(rows: QuerySet[Workload], parked: parking.Parked, *extra: str) -> list[WorkloadRow]:
-    """`_WORKLOAD_COLUMNS` (JSON as text; `parked` as `parked` reads it), then the `extra`
-    fields, of each row, by primary key."""
+    """`_WORKLOAD_COLUMNS` (JSON as text; `parked` as `parked` reads it, in SQL), then the
+    `extra` fields, of each row, by primary key."""
     rows = rows.annotate(
         pod_sets_text=Cast("pod_sets", TextField()),
         admission_text=Cast("admission", TextField()),
-        parked=F("parked_release"),
+        parked=Coalesce(ExpressionWrapper(parked.q(), output_field=BooleanField()), Value(False)),
     )
-    found = rows.order_by("pk").values_list(*_WORKLOAD_COLUMNS, *extra)
-    return [(*row[:PARKED], parked(row[0], row[PARKED]), *row[PARKED + 1 :]) for row in found]
+    return list(rows.order_by("pk").values_list(*_WORKLOAD_COLUMNS, *extra))
 
 
 def read_rows_by_pk(pks: Collection[int], parked: parking.Parked, *extra: str) -> list[WorkloadRow]:

@@ -6,8 +6,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.middleware import RequestIdFilter
-from tests.support import at, deployment, job
-from workloads import admission, services
+from tests.support import at, deployment, job, submit
+from workloads import admission, runtime, services
+from workloads.models import ParkedSet
 
 pytestmark = pytest.mark.django_db
 
@@ -59,6 +60,27 @@ def test_queue_metrics_follow_admission_and_preemption(client, gpu_queues):
     )
     waits = found[("kueue_admission_wait_time_seconds_count", labels(**cq))]
     assert waits == 2  # the two inference pods; the preempted fine-tune holds no admission
+
+
+def test_parked_workloads_are_inadmissible_by_their_own_count_or_by_a_set(client, gpu_queues):
+    """Parked at first by their own count, and after a requeue parked again in a set: both
+    times inadmissible."""
+    submit(gpu_queues, "big", gpus=6)
+    admission.admit_pending(gpu_queues, at())
+    for name in ("first", "second"):
+        submit(gpu_queues, name, gpus=2)
+    admission.admit_pending(gpu_queues, at())
+    inadmissible = (
+        "kueue_pending_workloads",
+        labels(cluster="llm-cluster", cluster_queue="gpu-queue", status="inadmissible"),
+    )
+    assert samples(client)[inadmissible] == 2
+
+    runtime.unpark(gpu_queues, at())
+    admission.admit_pending(gpu_queues, at(seconds=1))
+
+    assert ParkedSet.objects.filter(cluster_id=gpu_queues.pk).exists()
+    assert samples(client)[inadmissible] == 2
 
 
 def test_requests_are_counted_and_tagged_with_a_request_id(client, caplog, settings):
