@@ -53,7 +53,7 @@ from scheduler.model import (
     pod_set_request,
 )
 from scheduler.placement import Node, Pod, place, why_unplaced
-from scheduler.queues import queue_order
+from scheduler.queues import queue_order, shape_of
 from scheduler.topology import (
     DomainAssignment,
     Placement,
@@ -123,6 +123,7 @@ __all__ = [
     "pod_set_request",
     "request_from_annotations",
     "queue_order",
+    "shape_of",
     "schedule",
     "shares",
 ]

@@ -343,7 +343,7 @@ class _Run:
         # Each NoFit compares its shape with every queued workload: work each out once.
         shape = self.shapes.get(workload.key)
         if shape is None:
-            shape = self.shapes[workload.key] = shape_of(workload)
+            shape = self.shapes[workload.key] = shape_of(workload.priority, workload.pod_sets)
         return shape
 
     def _block_behind(self, entry: _Entry) -> None:

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 from scheduler.fairsharing import entry_penalty
-from scheduler.model import QueueingStrategy, Snapshot, Workload
+from scheduler.model import PodSet, QueueingStrategy, Snapshot, Workload
 
 QueueKey = tuple[bool, int, float, str]
 
@@ -19,10 +20,11 @@ def queue_order(workload: Workload, sticky: bool = True) -> QueueKey:
     return (first, -workload.priority, workload.created, workload.key)
 
 
-def shape_of(workload: Workload) -> tuple[object, ...]:
-    """Kueue's SchedulingEquivalenceHashing: workloads that would get the same answer."""
+def shape_of(priority: int, pod_sets: Sequence[PodSet]) -> tuple[object, ...]:
+    """Kueue's SchedulingEquivalenceHashing: workloads of one ClusterQueue that would get the
+    same answer, by their priority and PodSets."""
     return (
-        workload.priority,
+        priority,
         tuple(
             (
                 ps.name,
@@ -34,7 +36,7 @@ def shape_of(workload: Workload) -> tuple[object, ...]:
                 ps.tolerations,
                 ps.topology_request,
             )
-            for ps in workload.pod_sets
+            for ps in pod_sets
         ),
     )
 

@@ -33,9 +33,12 @@ from workloads.models import KubeObject, Workload
 from workloads.snapshot import (
     HEADS_PER_QUEUE,
     ClusterSnapshot,
+    Mate,
     admission_json,
     load,
+    parked_mates,
     query_active_rows,
+    query_waiting_rows,
     queue_specs,
 )
 
@@ -151,10 +154,15 @@ def admit_pending(
         queues = queue_specs(cluster)
         if fairsharing.sample(cluster, now, queues.config.admission_fair_sharing):
             queues = queue_specs(cluster)  # with the LocalQueues' usage it sampled
-        rows = admission_cache.active_rows if settings.ADMISSION_CACHE else query_active_rows
+        if settings.ADMISSION_CACHE:
+            rows, waiting = admission_cache.active_rows, admission_cache.waiting_rows
+        else:
+            rows, waiting = query_active_rows, query_waiting_rows
         snap = load(cluster, heads_per_queue, rows, parking.counted(cluster.pk, now), queues)
         decisions = scheduler.schedule(snap.snapshot, max_admissions=max_admissions)
-        _Writer(cluster, snap, now).write(decisions)
+        # Read before anything is written: the rows as the run found them.
+        mates = parked_mates(snap, queues, decisions.pending, waiting)
+        _Writer(cluster, snap, now).write(decisions, mates)
         _charge_local_queues(snap, decisions)
     return decisions
 
@@ -192,7 +200,8 @@ class _Writer:
         self.events: list[Event] = []
         self.admissions: dict[Hashable, tuple[dict[str, Any], str]] = {}
 
-    def write(self, decisions: scheduler.Decisions) -> None:
+    def write(self, decisions: scheduler.Decisions, mates: Sequence[Mate] = ()) -> None:
+        """The decisions, and the workloads parked beside them past the run's window."""
         keys = [a.workload for a in decisions.admitted]
         keys += [p.preemptor for p in decisions.preemptions]
         keys += [v.workload for p in decisions.preemptions for v in p.victims]
@@ -201,7 +210,7 @@ class _Writer:
             self._admit(decisions.admitted, rows)
         if decisions.preemptions:
             self._preempt(decisions.preemptions, rows)
-        self._mark_pending([*decisions.pending, *self.snap.held])
+        self._mark_pending([*decisions.pending, *self.snap.held], mates)
         record_events(self.events)
 
     def _admit(self, admits: Iterable[scheduler.Admit], rows: dict[str, Workload]) -> None:
@@ -276,8 +285,12 @@ class _Writer:
         for count, owner_ids in by_count.items():
             KubeObject.objects.filter(pk__in=owner_ids).update(preemptions=F("preemptions") + count)
 
-    def _mark_pending(self, pending: Iterable[scheduler.Pending]) -> None:
+    def _mark_pending(self, pending: Iterable[scheduler.Pending], mates: Sequence[Mate]) -> None:
         changes, parking_only = self.snap.pending_changes(pending)
+        for pk, state, stored in mates:
+            changes[pk] = state
+            if stored == state[:2]:
+                parking_only.add(pk)
         releases = self.snap.releases
         bulk.update_rows(
             Workload,

@@ -25,7 +25,7 @@ cluster's admission lock may use the cache (`admission.admit_pending`).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -47,6 +47,7 @@ from workloads.snapshot import (
     PARKED,
     WorkloadRow,
     query_active_rows,
+    query_waiting_rows,
     read_rows,
     read_rows_by_pk,
 )
@@ -228,6 +229,23 @@ def active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> list[W
     rows = cached.active_rows(heads_per_queue)
     if settings.ADMISSION_CACHE_VERIFY:
         expected = query_active_rows(cluster, heads_per_queue, releases)
+        if rows != expected:
+            _clusters.pop(cluster.pk, None)
+            raise CacheDrift(_drift(rows, expected))
+    return rows
+
+
+def waiting_rows(
+    cluster: Cluster, queues: Collection[tuple[str, str]], releases: int
+) -> list[WorkloadRow]:
+    """What `snapshot.query_waiting_rows` returns, from memory: every workload waiting in the
+    LocalQueues `queues`, past the window of heads too. The caller read this run's
+    `active_rows` first, under the same lock, and wrote nothing since."""
+    cached = _clusters[cluster.pk]
+    pks = sorted(pk for queue in queues for _, pk in cached.queues.get(queue, ()))
+    rows = [cached.rows[pk][0] for pk in pks]
+    if settings.ADMISSION_CACHE_VERIFY:
+        expected = query_waiting_rows(cluster, queues, releases)
         if rows != expected:
             _clusters.pop(cluster.pk, None)
             raise CacheDrift(_drift(rows, expected))

@@ -103,6 +103,52 @@ class ClusterSnapshot:
         return changes, parking_only
 
 
+Mate = tuple[int, tuple[str, str, bool], tuple[str, str]]
+"""A workload parked beside a run's decision: its primary key, the (reason, message, parked) to
+write, and the (reason, message) it holds."""
+WaitingRows = Callable[[Cluster, Collection[tuple[str, str]], int], list["WorkloadRow"]]
+
+
+def parked_mates(
+    snap: ClusterSnapshot, queues: QueueSpecs, pending: Iterable[s.Pending], rows: WaitingRows
+) -> list[Mate]:
+    """Kueue's SchedulingEquivalenceHashing parks, with a workload found inadmissible, every
+    pending workload of its ClusterQueue of the same shape. The scheduler parks those of the
+    run's window of heads (`cycle._requeue`); these are the others, further back in the
+    ClusterQueue's LocalQueues, read with `rows` (`query_waiting_rows` or the cache's), which
+    later runs would otherwise load and nominate a window at a time for the same answer."""
+    parked = {p.workload: p for p in pending if p.parked}
+    if not parked:
+        return []
+    shapes: dict[tuple[str | None, tuple[object, ...]], s.Pending] = {}
+    for workload in snap.snapshot.workloads:
+        if (found := parked.get(workload.key)) is not None:
+            key = (workload.cluster_queue, s.shape_of(workload.priority, workload.pod_sets))
+            shapes.setdefault(key, found)
+    cluster_queues = {cq for cq, _ in shapes}
+    local_queues = [
+        lq
+        for lq, cq in queues.queue_of.items()
+        if cq in cluster_queues and lq not in queues.stopped
+    ]
+    loaded = set(snap.ids.values())
+    # Most of the rows share a few texts, each converted and hashed once.
+    row_shapes: dict[tuple[int, str], tuple[object, ...]] = {}
+    mates = []
+    for row in rows(snap.cluster, local_queues, snap.releases):
+        pk, namespace, _, queue, priority, _, text = row[:7]
+        if pk in loaded:
+            continue
+        shape = row_shapes.get((priority, text))
+        if shape is None:
+            shape = row_shapes[(priority, text)] = s.shape_of(priority, _pod_sets_from_text(text))
+        decision = shapes.get((queues.queue_of[(namespace, queue)], shape))
+        if decision is not None:
+            state = (decision.reason.value, decision.message, True)
+            mates.append((pk, state, (row[_REASON], row[_MESSAGE])))
+    return mates
+
+
 _ADMITTED_AT = Workload._meta.get_field("admitted_at")
 _QUEUED_AT = Workload._meta.get_field("queued_at")
 # The related objects' cache names (`set_cached_value`'s keys).
@@ -368,6 +414,8 @@ WorkloadRow = tuple[Any, ...]
 """A workload as `read_rows` reads it: the values of `_WORKLOAD_COLUMNS`."""
 PARKED = _WORKLOAD_COLUMNS.index("parked")
 """Where a `WorkloadRow` holds `parked`."""
+_REASON = _WORKLOAD_COLUMNS.index("pending_reason")
+_MESSAGE = _WORKLOAD_COLUMNS.index("pending_message")
 
 
 def read_rows(rows: QuerySet[Workload], parked: parking.Parked, *extra: str) -> list[WorkloadRow]:
@@ -458,6 +506,21 @@ def query_active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> 
     heads = ranked.filter(queue_rank__lte=heads_per_queue).values("pk")
     chosen = Workload.objects.filter(Q(pk__in=holding.values("pk")) | Q(pk__in=heads))
     return read_rows(chosen, parked)
+
+
+def query_waiting_rows(
+    cluster: Cluster, queues: Collection[tuple[str, str]], releases: int
+) -> list[WorkloadRow]:
+    """Every workload waiting in the LocalQueues `queues` ((namespace, name) each), from the
+    database, by primary key: those past the runs' window of heads too. Admission reads the
+    same from `admission_cache`."""
+    if not queues:
+        return []
+    parked = parking.Parked(cluster.pk, releases)
+    in_queues = Q()
+    for namespace, name in queues:
+        in_queues |= Q(namespace=namespace, queue_name=name)
+    return read_rows(Workload.objects.filter(waiting(parked), in_queues, cluster=cluster), parked)
 
 
 # Each cluster's conversions of the rows of its recent runs, made under its LocalQueues as they

@@ -189,6 +189,19 @@ def test_verification_fails_when_the_cache_and_the_database_disagree(gpu_queues)
     admission.admit_pending(gpu_queues, at(seconds=2))
 
 
+def test_verification_reads_the_queues_past_the_window_when_a_run_parks_their_shape(gpu_queues):
+    """A run parks the workloads past its window of heads from the cache too: verified."""
+    submit(gpu_queues, "big", gpus=6)
+    admission.admit_pending(gpu_queues, at())
+    submit(gpu_queues, "first", gpus=2)
+    behind = submit(gpu_queues, "second", gpus=2)
+    assert _same_as_the_database(gpu_queues)  # the cache has read both
+    admission_cache._clusters[gpu_queues.pk].forget(behind.pk)  # as a missed change would
+
+    with pytest.raises(admission_cache.CacheDrift, match=f"1 workloads: {behind.pk}: cache None"):
+        admission.admit_pending(gpu_queues, at(seconds=1), heads_per_queue=1)
+
+
 def _noted(cluster) -> list[tuple[int, int | None]]:
     return list(_unread(cluster).order_by("pk").values_list("workload_id", "parked_release"))
 
