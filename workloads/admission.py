@@ -200,7 +200,7 @@ class _Writer:
         self.events: list[Event] = []
         self.admissions: dict[Hashable, tuple[dict[str, Any], str]] = {}
 
-    def write(self, decisions: scheduler.Decisions, mates: Sequence[Mate] = ()) -> None:
+    def write(self, decisions: scheduler.Decisions, mates: Sequence[Mate]) -> None:
         """The decisions, and the workloads parked beside them past the run's window."""
         keys = [a.workload for a in decisions.admitted]
         keys += [p.preemptor for p in decisions.preemptions]

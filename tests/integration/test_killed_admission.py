@@ -37,7 +37,7 @@ with transaction.atomic():
     admission.lock_admission(cluster)
     snap = load(cluster)
     decisions = scheduler.schedule(snap.snapshot)
-    admission._Writer(cluster, snap, timezone.now()).write(decisions)
+    admission._Writer(cluster, snap, timezone.now()).write(decisions, [])
     print("ADMITTED", len(decisions.admitted), flush=True)
     sys.stdin.readline()  # killed here, before the commit
 """

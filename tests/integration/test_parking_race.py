@@ -34,10 +34,10 @@ def test_a_release_committed_while_a_run_decides_requeues_what_the_run_parks(
     decided, go_on = threading.Event(), threading.Event()
     write = admission._Writer.write
 
-    def write_once_released(writer, decisions):  # `small` does not fit: the run parks it
+    def write_once_released(writer, decisions, mates):  # `small` does not fit: the run parks it
         decided.set()
         assert go_on.wait(10)
-        write(writer, decisions)
+        write(writer, decisions, mates)
 
     monkeypatch.setattr(admission._Writer, "write", write_once_released)
     run = InThread(lambda: admission.admit_pending(gpu_queues, at(seconds=2)))
