@@ -225,14 +225,9 @@ def active_rows(cluster: Cluster, heads_per_queue: int, releases: int) -> list[W
     """What `snapshot.query_active_rows` returns, from memory plus the rows changed since the
     last call. The caller holds the cluster's admission lock, in a transaction, and counted
     the releases of capacity (`parking.counted`)."""
-    cached = _current(cluster.pk, releases)
-    rows = cached.active_rows(heads_per_queue)
-    if settings.ADMISSION_CACHE_VERIFY:
-        expected = query_active_rows(cluster, heads_per_queue, releases)
-        if rows != expected:
-            _clusters.pop(cluster.pk, None)
-            raise CacheDrift(_drift(rows, expected))
-    return rows
+    rows = _current(cluster.pk, releases).active_rows(heads_per_queue)
+    query = partial(query_active_rows, cluster, heads_per_queue, releases)
+    return _verified(cluster.pk, rows, query)
 
 
 def waiting_rows(
@@ -244,11 +239,17 @@ def waiting_rows(
     cached = _clusters[cluster.pk]
     pks = sorted(pk for queue in queues for _, pk in cached.queues.get(queue, ()))
     rows = [cached.rows[pk][0] for pk in pks]
-    if settings.ADMISSION_CACHE_VERIFY:
-        expected = query_waiting_rows(cluster, queues, releases)
-        if rows != expected:
-            _clusters.pop(cluster.pk, None)
-            raise CacheDrift(_drift(rows, expected))
+    return _verified(cluster.pk, rows, partial(query_waiting_rows, cluster, queues, releases))
+
+
+def _verified(
+    cluster_id: int, rows: list[WorkloadRow], query: Callable[[], list[WorkloadRow]]
+) -> list[WorkloadRow]:
+    """`rows`, compared under ADMISSION_CACHE_VERIFY with what `query` reads from the database:
+    a difference drops the cluster's cache and raises."""
+    if settings.ADMISSION_CACHE_VERIFY and rows != (expected := query()):
+        _clusters.pop(cluster_id, None)
+        raise CacheDrift(_drift(rows, expected))
     return rows
 
 
