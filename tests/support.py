@@ -183,12 +183,12 @@ def at(seconds=0, minutes=0):
     return T0 + timedelta(seconds=seconds, minutes=minutes)
 
 
-def submit(cluster, name: str, gpus: int) -> Workload:
-    """A one-pod Job of `gpus` GPUs in `NAMESPACE`, queued without an admission run; its
-    workload."""
+def submit(cluster, name: str, gpus: int, queue: str = "team-llm") -> Workload:
+    """A one-pod Job of `gpus` GPUs in `NAMESPACE`'s LocalQueue `queue`, queued without an
+    admission run; its workload."""
     services.apply(
         cluster,
-        job(name, pods=1, gpus=gpus),
+        job(name, pods=1, gpus=gpus).replace("team-llm", queue),
         source=f"{name}.yaml",
         now=at(),
         namespace=NAMESPACE,

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from clusters.models import Cluster
-from tests.support import NAMESPACE, at, job, submit
+from tests.support import NAMESPACE, at, submit
 from workloads import admission, explain, parking, runtime, services
 from workloads.models import CapacityRelease, ParkedSet, Workload, WorkloadChange
 
@@ -137,22 +137,6 @@ def test_workloads_parked_again_are_listed_in_one_set_that_every_reader_counts(g
     )
 
 
-def _key(row: Workload) -> str:
-    return f"{row.namespace}/{row.name}"
-
-
-def _queued(cluster, name: str, queue: str, gpus: int) -> Workload:
-    services.apply(
-        cluster,
-        job(name, pods=1, gpus=gpus).replace("team-llm", queue),
-        source=f"{name}.yaml",
-        now=at(),
-        namespace=NAMESPACE,
-        admit=services.Admit.SKIP,
-    )
-    return Workload.objects.get(cluster=cluster, owner__name=name)
-
-
 @pytest.mark.parametrize("cache", [True, False], ids=["cache", "no-cache"])
 def test_a_run_parks_every_queued_workload_of_a_shape_it_found_inadmissible(
     gpu_queues, settings, cache
@@ -167,15 +151,15 @@ def test_a_run_parks_every_queued_workload_of_a_shape_it_found_inadmissible(
     admission.admit_pending(gpu_queues, at())
     same = [submit(gpu_queues, f"same-{i}", gpus=2) for i in range(5)]
     other = submit(gpu_queues, "x-other", gpus=4)  # queued behind them
-    same += [_queued(gpu_queues, f"team-b-{i}", "team-b", gpus=2) for i in range(3)]
-    stopped = _queued(gpu_queues, "stopped", "team-stopped", gpus=2)
+    same += [submit(gpu_queues, f"team-b-{i}", gpus=2, queue="team-b") for i in range(3)]
+    stopped = submit(gpu_queues, "stopped", gpus=2, queue="team-stopped")
 
     decisions = admission.admit_pending(gpu_queues, at(seconds=1), heads_per_queue=2)
 
     window = [same[0], same[1], same[5], same[6]]
-    assert {p.workload for p in decisions.pending if p.parked} == {_key(row) for row in window}
+    assert {p.workload for p in decisions.pending if p.parked} == {str(row) for row in window}
     assert [_parked(row) for row in same] == [True] * 8
-    head = next(p for p in decisions.pending if p.workload == _key(same[0]))
+    head = next(p for p in decisions.pending if p.workload == str(same[0]))
     assert {(row.pending_reason, row.pending_message) for row in same} == {
         (head.reason.value, head.message)
     }
@@ -183,4 +167,4 @@ def test_a_run_parks_every_queued_workload_of_a_shape_it_found_inadmissible(
     assert not _parked(stopped)
     # The next run loads and nominates the other shape alone.
     decisions = admission.admit_pending(gpu_queues, at(seconds=1), heads_per_queue=2)
-    assert [(p.workload, p.parked) for p in decisions.pending] == [(_key(other), True)]
+    assert [(p.workload, p.parked) for p in decisions.pending] == [(str(other), True)]
