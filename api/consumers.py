@@ -28,7 +28,7 @@ from api.metrics import WEBSOCKETS
 from api.revocation import access_group
 from api.socket_auth import Credential, signed_in, still_signed_in
 from events.models import Event
-from events.services import EVENTS_GROUP, serialize
+from events.services import EVENTS_GROUP, EVENTS_MESSAGE, serialize
 from teams.services import Scope
 from teams.visibility import is_visible, shown_event, visible_events
 
@@ -113,21 +113,21 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # untyp
         # of the process's sync calls share: each event to each socket queued there behind
         # the other sockets' reads. An event reads the database only in `_catch_up`, through
         # database_sync_to_async, which closes them itself.
-        if message["type"] == "event.created":
-            await self.event_created(message)
+        if message["type"] == EVENTS_MESSAGE:
+            await self.events_created(message)
         else:
             await super().dispatch(message)
 
-    async def event_created(self, message: dict[str, Any]) -> None:
-        """A committed event, from the channel layer."""
-        event = message["event"]
+    async def events_created(self, message: dict[str, Any]) -> None:
+        """Committed events, in seq order, from the channel layer."""
         async with self.lock:
-            if self.signed_out or event["seq"] <= self.last_seq:
-                return
-            if event["seq"] > self.last_seq + 1:
-                await self._catch_up()  # the gap first; this event comes with it if visible
-            if event["seq"] > self.last_seq:
-                await self._send(event)
+            for event in message["events"]:
+                if self.signed_out:
+                    return
+                if event["seq"] > self.last_seq + 1:
+                    await self._catch_up()  # the gap first; this event comes with it if visible
+                if event["seq"] > self.last_seq:
+                    await self._send(event)
 
     async def poll(self) -> None:
         interval = float(getattr(settings, "ACCELPLANE_EVENTS_POLL_SECONDS", 1.0))

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from api.consumers import UNAUTHORIZED, EventsConsumer
 from events.models import Event
-from events.services import EVENTS_GROUP, record_event, serialize
+from events.services import EVENTS_GROUP, EVENTS_MESSAGE, record_event, serialize
 from teams import services as teams
 
 pytestmark = [
@@ -137,10 +137,30 @@ async def test_live_events_never_wait_for_the_thread_that_reads_the_database(peo
     busy = asyncio.ensure_future(sync_to_async(release.wait)())
     try:
         await get_channel_layer().group_send(
-            EVENTS_GROUP, {"type": "event.created", "event": event}
+            EVENTS_GROUP, {"type": EVENTS_MESSAGE, "events": [event]}
         )
         assert await receive_events(communicator, 1) == [event]
     finally:
         release.set()
         await busy
+    await communicator.disconnect()
+
+
+async def test_one_message_of_several_events_arrives_in_order_its_gap_first(people, settings):
+    """The layer carries a commit's events in one message: each is sent in seq order, what
+    precedes the first (never carried) is read first, another team's are held back."""
+    settings.ACCELPLANE_EVENTS_POLL_SECONDS = 600  # only the layer (and the gap's read)
+    communicator, _, _ = await connect(people["alice"])
+    await receive_until_caught_up(communicator)
+    seqs = [
+        await database_sync_to_async(write)(namespace, publish=False)
+        for namespace in ("llm", "llm", "vision", "llm")
+    ]
+    carried = await database_sync_to_async(
+        lambda: [serialize(e) for e in Event.objects.filter(seq__in=seqs[1:]).order_by("seq")]
+    )()
+    await get_channel_layer().group_send(EVENTS_GROUP, {"type": EVENTS_MESSAGE, "events": carried})
+    events = await receive_events(communicator, 3)
+    assert [e["seq"] for e in events] == [seqs[0], seqs[1], seqs[3]]
+    assert await communicator.receive_nothing(timeout=0.2)
     await communicator.disconnect()

@@ -46,9 +46,10 @@ async def test_an_event_committed_in_a_transaction_arrives_on_the_events_group()
     finally:
         await layer.group_discard(EVENTS_GROUP, channel)
 
-    assert message["type"] == "event.created"
-    assert message["event"]["seq"] == event.seq
-    assert message["event"]["object"] == "NodePool/llm-cluster/gpupool"
+    assert message["type"] == "events.created"
+    (published,) = message["events"]
+    assert published["seq"] == event.seq
+    assert published["object"] == "NodePool/llm-cluster/gpupool"
 
 
 def redis_database(number: int) -> str:

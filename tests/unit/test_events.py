@@ -14,6 +14,7 @@ from events.models import Event
 from events.services import (
     EVENTS_GROUP,
     NUMBER_IN_PLACE_FROM,
+    PUBLISH_CHUNK,
     new_event,
     record_event,
     record_events,
@@ -106,9 +107,10 @@ def test_an_event_is_published_only_after_its_transaction_commits(
             callback()
 
     (message,) = received(listener)
-    assert message["type"] == "event.created"
-    assert message["event"]["seq"] == event.seq
-    assert message["event"]["kind"] == "workload.admitted"
+    assert message["type"] == "events.created"
+    (published,) = message["events"]
+    assert published["seq"] == event.seq
+    assert published["kind"] == "workload.admitted"
 
 
 @pytest.mark.django_db
@@ -116,9 +118,27 @@ def test_events_are_published_in_seq_order(listener, django_capture_on_commit_ca
     with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
         events = [note(f"step.{i}") for i in range(3)]
 
-    seqs = [m["event"]["seq"] for m in received(listener)]
+    seqs = [e["seq"] for m in received(listener) for e in m["events"]]
     assert seqs == [event.seq for event in events]
     assert seqs == sorted(seqs)
+
+
+@pytest.mark.django_db
+def test_a_large_commit_is_published_in_bounded_messages_in_order(
+    listener, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        events = record_events(
+            [
+                new_event(f"step.{i}", at=at(), message="", cluster="llm-cluster")
+                for i in range(2 * PUBLISH_CHUNK + 1)
+            ]
+        )
+
+    messages = received(listener)
+    assert [len(m["events"]) for m in messages] == [PUBLISH_CHUNK, PUBLISH_CHUNK, 1]
+    seqs = [e["seq"] for m in messages for e in m["events"]]
+    assert seqs == [event.seq for event in events]
 
 
 @pytest.mark.django_db
