@@ -179,6 +179,10 @@ class KubeObject(models.Model):
                 fields=["cluster", "kind", "namespace", "name"], name="unique_kube_object"
             )
         ]
+        # A submission asks which of its names exist in the cluster, whatever their kind
+        # and namespace (services._EXISTING_AND_PRIORITIES): without it, every submission
+        # read all of the cluster's objects.
+        indexes = [models.Index(fields=["cluster", "name"], name="kube_object_name_idx")]
 
     def __str__(self) -> str:
         return self.key
