@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/api_load.py` too
 
 from benchmarks import processes  # noqa: E402
+from benchmarks.machine import python_speed  # noqa: E402
 from benchmarks.scratch import scratch_dir  # noqa: E402
 
 DATABASE = "accelplane_bench"
@@ -492,6 +493,7 @@ def main() -> None:
     print(cpu_used)  # noqa: T201
     print(lock_waits)  # noqa: T201
     print(check.stdout.strip() or check.stderr.strip())  # noqa: T201
+    print(python_speed())  # noqa: T201
 
 
 QUOTA_CHECK = """

@@ -30,6 +30,7 @@ _parser.add_argument("--database-url", default="", help="a PostgreSQL server (de
 ARGS = _parser.parse_args()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.machine import python_speed  # noqa: E402
 from benchmarks.scratch import scratch_dir  # noqa: E402
 
 os.environ.setdefault("ACCELPLANE_VAR_DIR", scratch_dir())
@@ -190,6 +191,7 @@ def run(count: int) -> None:
         f"  Kueue pops one per ClusterQueue per cycle: {queued} cycles, "
         f"~{kueue_minutes:.0f} min at its production rate of {KUEUE_PER_MINUTE}/min"
     )
+    print(python_speed())  # noqa: T201
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.machine import python_speed  # noqa: E402
 from benchmarks.scratch import scratch_dir  # noqa: E402
 
 os.environ.setdefault("ACCELPLANE_VAR_DIR", scratch_dir())
@@ -353,6 +354,7 @@ def report(suite: Suite, cluster: Cluster, wall: float, elapsed_ms: int, total: 
         used_cpu_ms += count * wc.pods * cpu * wc.runtime_ms
     usage = 100 * used_cpu_ms / (20 * queues * elapsed_ms)
     print(f"ClusterQueue usage     {usage:8.1f} %    (Kueue: {suite.kueue_usage} %)")
+    print(python_speed())
 
 
 def _lines(wc: WorkloadClass) -> list[tuple[str, str, float]]:

@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import python_speed  # noqa: E402
 from benchmarks.scratch import scratch_dir  # noqa: E402
 
 DATABASE = "accelplane_bench_ws"
@@ -280,6 +281,7 @@ def report(committed: dict[int, float], arrivals: list[Arrivals], clients: int) 
         "Kueue: KueueViz re-sends a full snapshot over each page's WebSocket, debounced 200 ms "
         "after an informer event: every change waits at least that long"
     )
+    print(python_speed())  # noqa: T201
 
 
 if __name__ == "__main__":
