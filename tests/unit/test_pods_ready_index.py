@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import connection
 
+from tests.plans import nodes, statements_of
 from tests.support import NAMESPACE, at, job
 from workloads import admission, runtime, services
 
@@ -33,15 +34,7 @@ def test_whether_a_workloads_pods_are_all_ready_is_read_from_an_index_alone(gpu_
 
 
 def statement_of(call: Any) -> tuple[str, Any]:
-    statements = []
-
-    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append((sql, params))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(keep):
-        call()
-    (statement,) = statements
+    (statement,) = statements_of(call)
     return statement
 
 
@@ -57,11 +50,7 @@ def reads_of_pods(statement: tuple[str, Any]) -> list[Any]:
         plan = cursor.fetchone()[0][0]["Plan"]
     return [
         (node["Node Type"], node.get("Index Name"))
-        for node in walk(plan)
+        for node in nodes(plan)
         if node.get("Relation Name") == "workloads_pod"
         and "workload_id" in node.get("Index Cond", "") + node.get("Filter", "")
     ]
-
-
-def walk(node: dict[str, Any]) -> list[dict[str, Any]]:
-    return [node, *(n for child in node.get("Plans", ()) for n in walk(child))]

@@ -15,6 +15,7 @@ from django.db import connection
 from clusters.models import Cluster
 from events.models import Event
 from events.services import number_events
+from tests.plans import pages, statements_of
 from tests.support import NAMESPACE, at, deployment
 from workloads import admission, live, services
 
@@ -63,14 +64,7 @@ def add_pods_history(cluster: Cluster, key: str, count: int) -> None:
 def work(cluster: Cluster, key: str) -> int:
     """What `live._last_reported`'s queries of `key` cost the database: SQLite's virtual
     machine steps, PostgreSQL's buffer pages (cached or not)."""
-    statements = []
-
-    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append((sql, params))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(keep):
-        live._last_reported(cluster, [key])
+    statements = statements_of(lambda: live._last_reported(cluster, [key]))
     return sum(cost(sql, params) for sql, params in statements)
 
 
@@ -93,8 +87,3 @@ def cost(sql: str, params: Any) -> int:
             return steps
         cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params)
         return pages(cursor.fetchone()[0][0]["Plan"])
-
-
-def pages(node: dict[str, Any]) -> int:
-    """Buffer pages a plan node (its children included) read, cached or not."""
-    return node["Shared Hit Blocks"] + node["Shared Read Blocks"]

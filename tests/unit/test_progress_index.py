@@ -15,6 +15,7 @@ from django.db import connection
 from clusters.models import Cluster
 from events.models import Event
 from events.services import number_events
+from tests.plans import pages, plan_of, statements_of
 from tests.support import NAMESPACE, at, job
 from workloads import admission, live, services
 from workloads.models import Workload
@@ -80,30 +81,9 @@ def add_progress_history(row: Workload, count: int) -> None:
 
 
 def plan(cluster: Cluster, row: Workload) -> Any:
-    """The plan of report_progress's query of `row`'s recent progress events, as run: on
-    SQLite its steps, on PostgreSQL its top node, with the pages it read."""
-    statements = []
-
-    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append((sql, params))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(keep):
-        live.report_progress(cluster, [row], {row.pk: 0}, set(), NOW)
-    ((sql, params),) = [(s, p) for s, p in statements if '"events_event"."at" >' in s]
-    explain = (
-        "EXPLAIN QUERY PLAN"
-        if connection.vendor == "sqlite"
-        else "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)"
+    """The plan of report_progress's query of `row`'s recent progress events, as run."""
+    statements = statements_of(
+        lambda: live.report_progress(cluster, [row], {row.pk: 0}, set(), NOW)
     )
-    with connection.cursor() as cursor:
-        cursor.execute(f"{explain} {sql}", params)
-        found = cursor.fetchall()
-    if connection.vendor == "sqlite":
-        return [detail for *_, detail in found]
-    return found[0][0][0]["Plan"]
-
-
-def pages(node: dict[str, Any]) -> int:
-    """Buffer pages a plan node (its children included) read, cached or not."""
-    return node["Shared Hit Blocks"] + node["Shared Read Blocks"]
+    ((sql, params),) = [(s, p) for s, p in statements if '"events_event"."at" >' in s]
+    return plan_of(sql, params)

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import connection
 
 from clusters.models import Cluster
+from tests.plans import nodes, pages, plan_of, statements_of
 from tests.support import NAMESPACE, at, job
 from workloads import services
 from workloads.models import KubeObject
@@ -56,36 +57,14 @@ def test_a_submission_does_not_read_the_objects_submitted_before_it(gpu_queues):
 
 
 def lookup_plan(cluster: Cluster, name: str) -> Any:
-    """The plan of the existence query of a submission of Job `name`, as run: on SQLite its
-    steps, on PostgreSQL its top node, with the pages it read."""
-    statements = []
-
-    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append((sql, params))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(keep):
-        services.apply(cluster, job(name), source="w.yaml", now=at(), namespace=NAMESPACE)
-    ((sql, params),) = [(s, p) for s, p in statements if "workloads_priorityclass" in s]
-    explain = (
-        "EXPLAIN QUERY PLAN"
-        if connection.vendor == "sqlite"
-        else "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)"
+    """The plan of the existence query of a submission of Job `name`, as run."""
+    statements = statements_of(
+        lambda: services.apply(cluster, job(name), source="w.yaml", now=at(), namespace=NAMESPACE)
     )
-    with connection.cursor() as cursor:
-        cursor.execute(f"{explain} {sql}", params)
-        found = cursor.fetchall()
-    if connection.vendor == "sqlite":
-        return [detail for *_, detail in found]
-    return found[0][0][0]["Plan"]
+    ((sql, params),) = [(s, p) for s, p in statements if "workloads_priorityclass" in s]
+    return plan_of(sql, params)
 
 
 def scans_of(node: dict[str, Any], table: str) -> list[dict[str, Any]]:
     """The plan's nodes that read `table`."""
-    own = [node] if node.get("Relation Name") == table else []
-    return own + [scan for child in node.get("Plans", ()) for scan in scans_of(child, table)]
-
-
-def pages(node: dict[str, Any]) -> int:
-    """Buffer pages a plan node (its children included) read, cached or not."""
-    return node["Shared Hit Blocks"] + node["Shared Read Blocks"]
+    return [n for n in nodes(node) if n.get("Relation Name") == table]
