@@ -40,6 +40,7 @@ from workloads.snapshot import (
     query_active_rows,
     query_waiting_rows,
     queue_specs,
+    queued_by,
 )
 
 ADMIT_FIELDS = [
@@ -79,7 +80,9 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
         # After the first round, admission runs again only if something waits: the scheduler
         # decides nothing without a pending workload, and reloading the cluster to find that
         # out cost a second full round after every submission.
-        if (budget is None or budget > 0) and (round_number == 0 or _anything_pending(cluster)):
+        if (budget is None or budget > 0) and (
+            round_number == 0 or _anything_pending(cluster, now)
+        ):
             decisions = admit_pending(cluster, now, budget, heads)
             if budget is not None:
                 budget -= len(decisions.admitted)
@@ -95,14 +98,19 @@ def settle(cluster: Cluster, now: datetime, max_admissions: int | None = None) -
             return
 
 
-def _anything_pending(cluster: Cluster) -> bool:
-    return bool(_PENDING.rows(cluster=cluster.pk))
+def _anything_pending(cluster: Cluster, now: datetime) -> bool:
+    """Whether a workload queued by `now` waits (`queued_by`)."""
+    return bool(_PENDING.rows(cluster=cluster.pk, now=now))
 
 
 # Built once (controlplane/prepared.py): asked after every round that changed something.
 _PENDING = Prepared(
     lambda: (
-        Workload.objects.filter(cluster_id=Param("cluster"), phase=Workload.Phase.PENDING)
+        Workload.objects.filter(
+            cluster_id=Param("cluster"),
+            phase=Workload.Phase.PENDING,
+            queued_at__lte=Param("now", Workload._meta.get_field("queued_at")),
+        )
         .order_by()
         .values_list("pk", flat=True)[:1]
     )
@@ -158,6 +166,7 @@ def admit_pending(
             rows, waiting = admission_cache.active_rows, admission_cache.waiting_rows
         else:
             rows, waiting = query_active_rows, query_waiting_rows
+        rows, waiting = queued_by(now, rows), queued_by(now, waiting)
         snap = load(cluster, heads_per_queue, rows, parking.counted(cluster.pk, now), queues)
         decisions = scheduler.schedule(snap.snapshot, max_admissions=max_admissions)
         # Read before anything is written: the rows as the run found them.

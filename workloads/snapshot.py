@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from functools import lru_cache, partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import connection
@@ -415,6 +416,30 @@ WorkloadRow = tuple[Any, ...]
 PARKED = _WORKLOAD_COLUMNS.index("parked")
 """Where a `WorkloadRow` holds `parked`."""
 _REASON = _WORKLOAD_COLUMNS.index("pending_reason")
+_QUEUED_AT_COLUMN = _WORKLOAD_COLUMNS.index("queued_at")
+_PHASE = _WORKLOAD_COLUMNS.index("phase")
+_Args = ParamSpec("_Args")
+
+
+def queued_by(
+    now: datetime, rows_of: Callable[_Args, list[WorkloadRow]]
+) -> Callable[_Args, list[WorkloadRow]]:
+    """`rows_of` (`query_active_rows`, `query_waiting_rows` or the admission cache's) without
+    the pending workloads queued after `now`: a run at `now` decides on what was queued by
+    then. A worker's settle runs its rounds at the instant it began, and submissions committed
+    meanwhile were admitted before they were queued, a few at each round, every round a whole
+    run; their commits queue the next settle."""
+
+    def rows(*args: _Args.args, **kwargs: _Args.kwargs) -> list[WorkloadRow]:
+        return [
+            row
+            for row in rows_of(*args, **kwargs)
+            if row[_PHASE] != Workload.Phase.PENDING or row[_QUEUED_AT_COLUMN] <= now
+        ]
+
+    return rows
+
+
 _MESSAGE = _WORKLOAD_COLUMNS.index("pending_message")
 
 
