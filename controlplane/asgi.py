@@ -81,6 +81,7 @@ django.setup(set_prefix=False)
 django_asgi_app = SyncChainASGIHandler()
 
 from api.consumers import EventsConsumer  # noqa: E402
+from controlplane.heap import freeze_startup_objects  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
@@ -90,3 +91,4 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+freeze_startup_objects()

@@ -11,3 +11,7 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
 application = get_wsgi_application()
+
+from controlplane.heap import freeze_startup_objects  # noqa: E402  # once Django is set up
+
+freeze_startup_objects()
