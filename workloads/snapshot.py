@@ -434,7 +434,7 @@ def queued_by(
         return [
             row
             for row in rows_of(*args, **kwargs)
-            if row[_PHASE] != Workload.Phase.PENDING or row[_QUEUED_AT_COLUMN] <= now
+            if row[_QUEUED_AT_COLUMN] <= now or row[_PHASE] != Workload.Phase.PENDING
         ]
 
     return rows
