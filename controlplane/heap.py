@@ -15,7 +15,8 @@ def freeze_startup_objects() -> None:
     view, serializers and fields refer to each other), so under load the oldest generation is
     collected every few seconds. Each collection walked the whole heap of modules, classes and
     URL patterns, 106-160 ms of CPU holding the interpreter while every other request of the
-    process waited; frozen, 16-30 ms (`benchmarks/api_load.py`, p99 326-327 ms -> 256 ms).
+    process waited; frozen, 16-30 ms (`benchmarks/api_load.py`: its p99 was lower in 5 of 6
+    alternating pairs of runs).
     The garbage there is already is collected first, so that none of it is kept for ever."""
     get_resolver().url_patterns  # noqa: B018  # imported for its side effect
     gc.collect()

@@ -416,6 +416,7 @@ WorkloadRow = tuple[Any, ...]
 PARKED = _WORKLOAD_COLUMNS.index("parked")
 """Where a `WorkloadRow` holds `parked`."""
 _REASON = _WORKLOAD_COLUMNS.index("pending_reason")
+_MESSAGE = _WORKLOAD_COLUMNS.index("pending_message")
 _QUEUED_AT_COLUMN = _WORKLOAD_COLUMNS.index("queued_at")
 _PHASE = _WORKLOAD_COLUMNS.index("phase")
 _Args = ParamSpec("_Args")
@@ -438,9 +439,6 @@ def queued_by(
         ]
 
     return rows
-
-
-_MESSAGE = _WORKLOAD_COLUMNS.index("pending_message")
 
 
 def read_rows(rows: QuerySet[Workload], parked: parking.Parked, *extra: str) -> list[WorkloadRow]:
