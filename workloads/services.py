@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import BigIntegerField, Value
+from django.db.models import BigIntegerField, QuerySet, Value
 from kubernetes import client
 
 from clusters.models import Cluster
 from controlplane import bulk
 from controlplane.prepared import Keys, Param, Prepared
 from events.audit import record_audit
-from events.services import deferred_events, record_event
+from events.services import deferred_events, record_event, record_events
 from workloads import admission, live, manifests, pods, runtime, slicing, tasks
 from workloads.durations import parse_duration
-from workloads.history import object_event, workload_event
+from workloads.history import object_event, workload_event, workload_event_row
 from workloads.kube import apply as kube_apply
 from workloads.kube import client as kube_client
 from workloads.kube.apply import ObjectRef
@@ -813,7 +813,7 @@ def _scale_to(
         phase__in=(Pod.Phase.SCHEDULING_GATED, Pod.Phase.PENDING, Pod.Phase.RUNNING)
     ):
         replicas_now[pod.replica_index].append(pod)
-    current = {w.replica_index: w for w in obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES)}
+    current = {w.replica_index: w for w in _active_workloads(obj)}
     indexes = set(current) if shape.queue_name else set(replicas_now)
     before = len(indexes)
     obj.manifest = body
@@ -829,11 +829,11 @@ def _scale_to(
     elif replicas < before:
         # A group Kueue has not admitted yet has no pods.
         groups = {index: replicas_now.get(index, []) for index in indexes}
-        for index in pods.replicas_to_remove(obj, groups, before - replicas):
-            if index in current:
-                _remove(current[index], now)
-            else:
-                Pod.objects.filter(pk__in=[p.pk for p in replicas_now[index]]).delete()
+        going = pods.replicas_to_remove(obj, groups, before - replicas)
+        _remove([current[index] for index in going if index in current], now)
+        unqueued = [p.pk for index in going if index not in current for p in replicas_now[index]]
+        if unqueued:
+            Pod.objects.filter(pk__in=unqueued).delete()
         runtime.unpark(obj.cluster, now)
     object_event(
         "workload.scaled",
@@ -845,20 +845,29 @@ def _scale_to(
     )
 
 
-def _remove(row: Workload, now: datetime) -> None:
-    slicing.release([row], now)
-    workload_event(
-        "workload.deleted",
-        row,
-        now,
-        message=f"workload {row.name} deleted",
+def _remove(rows: Sequence[Workload], now: datetime) -> None:
+    """The workloads go, their slices released, with an event each: the same few statements
+    whatever their number (their cluster loaded, as `workload_event_row` reads it)."""
+    if not rows:
+        return
+    slicing.release(rows, now)
+    record_events(
+        [
+            workload_event_row("workload.deleted", row, now, f"workload {row.name} deleted")
+            for row in rows
+        ]
     )
-    row.delete()
+    # Their pods, slices and links go with them (CASCADE), collected for all at once.
+    Workload.objects.filter(pk__in=[row.pk for row in rows]).delete()
+
+
+def _active_workloads(obj: KubeObject) -> QuerySet[Workload]:
+    # Through the object's manager, each row knows the object as its owner without a query.
+    return obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES).select_related("cluster")
 
 
 def _remove_workloads(obj: KubeObject, now: datetime) -> None:
-    for row in obj.workloads.filter(phase__in=Workload.ACTIVE_PHASES):
-        _remove(row, now)
+    _remove(list(_active_workloads(obj)), now)
     obj.pods.all().delete()
     runtime.unpark(obj.cluster, now)
 
