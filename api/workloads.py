@@ -127,9 +127,10 @@ class WorkloadViewSet(
             # With the opaque owners of workloads submitted outside Accelplane (a RayJob, a Pod).
             KubeObject.objects.filter(Q(kind__in=WORKLOAD_KINDS) | Q(managed_elsewhere=True))
             .select_related("cluster")
-            .prefetch_related(s.WITH_WORKLOADS)
             .order_by("id")
         )
+        if self.action != "destroy":  # a deletion shows nothing of what it deletes
+            objects = objects.prefetch_related(s.WITH_WORKLOADS)
         return request_scope(self.request).filter(objects)
 
     def get_parsers(self) -> list[Any]:
